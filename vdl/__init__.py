@@ -1,0 +1,1 @@
+"""VDL: a Raft-replicated distributed log serving Kafka and YDB topic clients."""

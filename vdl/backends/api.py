@@ -1,0 +1,180 @@
+"""The two storage interfaces every backend implements: `LogStore` and `MetaStore`.
+
+A log store holds one log stream's Raft log. Each entry carries Raft's (term, index) and a
+type; the payload of a DATA entry is exactly one Kafka RecordBatch v2 whose baseOffset has
+already been assigned, so one write serves both Raft and readers (no double I/O).
+
+Stores are synchronous and single-threaded with one exception: `sync()` may run in a worker
+thread while the owning thread keeps appending. `sync()` makes durable at least every entry
+appended before it was called, which is what lets one flusher turn many appends into one
+fdatasync (group commit).
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class EntryType(enum.IntEnum):
+    DATA = 1  # payload: one RecordBatch v2 with its offsets assigned
+    NOOP = 2  # Raft-only (e.g. a new leader's empty entry); no record offsets
+    CONFIG = 3  # Raft-only membership change; no record offsets
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    term: int
+    index: int
+    type: EntryType
+    payload: bytes
+
+
+class StorageError(Exception):
+    """A store cannot do what was asked (bad arguments, closed, I/O failure)."""
+
+
+class CorruptionError(StorageError):
+    """Stored bytes fail their checksum somewhere other than a torn tail."""
+
+
+_BASE_OFFSET = struct.Struct(">q")
+_LAST_OFFSET_DELTA = struct.Struct(">i")
+_BATCH_HEADER_SIZE = 61
+
+
+def batch_offsets(payload: bytes | memoryview) -> tuple[int, int]:
+    """Return (first, last) record offset of a RecordBatch v2 payload.
+
+    Backends need only these two header fields to index data entries by record offset.
+    """
+    if len(payload) < _BATCH_HEADER_SIZE:
+        raise StorageError(f"record batch too short: {len(payload)} bytes")
+    base = _BASE_OFFSET.unpack_from(payload, 0)[0]
+    last_delta = _LAST_OFFSET_DELTA.unpack_from(payload, 23)[0]
+    return base, base + last_delta
+
+
+@dataclass(frozen=True, slots=True)
+class LogRetention:
+    """Limits under which closed segments (or their equivalent) are deleted.
+
+    None means unlimited. The active (last) segment is never deleted by retention.
+    """
+
+    max_bytes: int | None = None
+    max_age_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LogStoreOptions:
+    segment_bytes: int = 64 * 1024 * 1024  # roll target for one segment
+    cache_bytes: int = 8 * 1024 * 1024  # recent-entries cache for tailing reads
+    retention: LogRetention = LogRetention()
+
+
+class LogStore(Protocol):
+    """One log stream's Raft log, addressable by Raft index and by record offset.
+
+    Raft indexes are contiguous from `first_index()` to `last_index()`; an empty store has
+    `last_index() == first_index() - 1`. Record offsets of DATA entries are contiguous and
+    increasing in index order (the layer above assigns them).
+    """
+
+    def first_index(self) -> int:
+        """Index of the first entry still stored (1 for a new store)."""
+        ...
+
+    def last_index(self) -> int:
+        """Index of the last entry stored (first_index() - 1 when empty)."""
+        ...
+
+    def term_at(self, index: int) -> int:
+        """Term of the entry at `index`; raises StorageError if not stored."""
+        ...
+
+    def append(self, entries: Sequence[Entry]) -> None:
+        """Append entries; the first must have index last_index() + 1.
+
+        Written to the OS but not necessarily durable until `sync()` covers it.
+        """
+        ...
+
+    def truncate_suffix(self, from_index: int) -> None:
+        """Delete every entry with index >= from_index (Raft log conflict)."""
+        ...
+
+    def entries(self, lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
+        """Entries with lo <= index < hi; at least one if any exists, then up to max_bytes."""
+        ...
+
+    def first_offset(self) -> int:
+        """Log start offset: the first record offset still stored (0 for a new store)."""
+        ...
+
+    def next_offset(self) -> int:
+        """Log end offset: the offset the next appended record would get."""
+        ...
+
+    def index_of_offset(self, offset: int) -> int | None:
+        """Raft index of the DATA entry whose batch holds `offset`, or of the first DATA
+        entry after it if `offset` falls in a gap; None if no such entry is stored."""
+        ...
+
+    def read_batches(
+        self, offset: int, max_bytes: int, max_index: int
+    ) -> list[bytes | memoryview]:
+        """Record batches from the one holding `offset`, in order, up to Raft index
+        `max_index` (the commit point). The first batch is returned whatever its size; later
+        ones only while the total stays within max_bytes. Whole batches only."""
+        ...
+
+    def data_headers(self) -> Iterator[tuple[int, bytes]]:
+        """(raft index, first 61 bytes of the batch) for every stored DATA entry, in order;
+        used to rebuild producer state and to search timestamps."""
+        ...
+
+    def sync(self) -> None:
+        """Make every entry appended before this call durable (fdatasync or equivalent).
+
+        The only method that may run in another thread concurrently with `append`."""
+        ...
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete whole closed segments beyond the configured retention; return how many
+        entries were removed. first_index()/first_offset() move forward accordingly."""
+        ...
+
+    def size_bytes(self) -> int:
+        """Bytes of log data currently stored."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class MetaStore(Protocol):
+    """Small, strongly durable key-value metadata: topics, Raft hard state, offsets.
+
+    Every write is synced before it returns.
+    """
+
+    def get(self, key: bytes) -> bytes | None: ...
+
+    def put(self, key: bytes, value: bytes) -> None: ...
+
+    def delete(self, key: bytes) -> None: ...
+
+    def write_batch(
+        self, puts: dict[bytes, bytes], deletes: Sequence[bytes] = ()
+    ) -> None:
+        """Apply all puts and deletes atomically."""
+        ...
+
+    def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Every (key, value) whose key starts with prefix, in key order."""
+        ...
+
+    def close(self) -> None: ...
