@@ -1,0 +1,456 @@
+"""Kafka RecordBatch v2: the one batch format VDL stores.
+
+Protocol-neutral: the Kafka front end stores produced batches as they came
+(after ``validate_produced_batch`` and ``assign_offsets``), and the YDB front
+end builds batches with ``build_batch`` and reads them with ``iter_records``.
+
+Header layout (61 bytes, big-endian): baseOffset i64, batchLength i32,
+partitionLeaderEpoch i32, magic i8, crc u32, attributes i16, lastOffsetDelta
+i32, firstTimestamp i64, maxTimestamp i64, producerId i64, producerEpoch i16,
+baseSequence i32, recordCount i32, then the (possibly compressed) records.
+The CRC-32C covers [21, end): baseOffset and partitionLeaderEpoch are outside
+it so the broker can stamp them without recomputing.
+"""
+
+from __future__ import annotations
+
+import gzip
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import crc32c as _crc32c
+
+from vdl.log.error_codes import ErrorCode
+
+__all__ = [
+    "ATTR_CONTROL",
+    "ATTR_TIMESTAMP_LOG_APPEND",
+    "ATTR_TRANSACTIONAL",
+    "BATCH_HEADER_SIZE",
+    "COMPRESSION_GZIP",
+    "COMPRESSION_LZ4",
+    "COMPRESSION_NONE",
+    "COMPRESSION_SNAPPY",
+    "COMPRESSION_ZSTD",
+    "BatchInfo",
+    "DecodedRecord",
+    "InvalidBatch",
+    "Record",
+    "UnsupportedCodec",
+    "assign_offsets",
+    "build_batch",
+    "crc32c",
+    "iter_batches",
+    "iter_records",
+    "parse_batch_header",
+    "validate_produced_batch",
+]
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+BATCH_HEADER_SIZE = _HEADER.size  # 61
+# batchLength counts the bytes after itself.
+_LOG_OVERHEAD = 12
+_MAGIC_OFFSET = 16
+_CRC_OFFSET = 17
+_ATTRIBUTES_OFFSET = 21
+_MAX_TIMESTAMP_OFFSET = 35
+
+COMPRESSION_NONE = 0
+COMPRESSION_GZIP = 1
+COMPRESSION_SNAPPY = 2
+COMPRESSION_LZ4 = 3
+COMPRESSION_ZSTD = 4
+_COMPRESSION_MASK = 0x07
+ATTR_TIMESTAMP_LOG_APPEND = 0x08
+ATTR_TRANSACTIONAL = 0x10
+ATTR_CONTROL = 0x20
+
+TIMESTAMP_CREATE_TIME = 0
+TIMESTAMP_LOG_APPEND_TIME = 1
+
+
+def crc32c(data: bytes | bytearray | memoryview) -> int:
+    """CRC-32C (Castagnoli), hardware accelerated by the ``crc32c`` package."""
+    return int(_crc32c.crc32c(data))
+
+
+class InvalidBatch(Exception):
+    """A batch broke a format rule; ``error_code`` is the Kafka code to answer with."""
+
+    def __init__(self, error_code: int, message: str) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+        self.message = message
+
+
+class UnsupportedCodec(NotImplementedError):
+    """Records compressed with a codec this module cannot (de)compress."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchInfo:
+    base_offset: int
+    length: int  # the batchLength field; the batch occupies length + 12 bytes
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    first_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & _COMPRESSION_MASK
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & ATTR_CONTROL)
+
+    @property
+    def timestamp_type(self) -> int:
+        """0 = CreateTime, 1 = LogAppendTime."""
+        return 1 if self.attributes & ATTR_TIMESTAMP_LOG_APPEND else 0
+
+    @property
+    def size(self) -> int:
+        return self.length + _LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def last_sequence(self) -> int:
+        """baseSequence + lastOffsetDelta, wrapping at 2^31-1 as Kafka does."""
+        if self.base_sequence < 0:
+            return -1
+        return (self.base_sequence + self.last_offset_delta) % 0x80000000
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedRecord:
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+
+
+def parse_batch_header(buf: bytes | bytearray | memoryview) -> BatchInfo:
+    """Read the 61-byte header at the start of buf (no CRC or size checks)."""
+    if len(buf) < BATCH_HEADER_SIZE:
+        raise InvalidBatch(ErrorCode.CORRUPT_MESSAGE, f"batch header truncated ({len(buf)} bytes)")
+    return BatchInfo(*_HEADER.unpack_from(buf, 0))
+
+
+def validate_produced_batch(
+    records: memoryview | bytes | None, *, max_batch_bytes: int, allow_zstd: bool
+) -> BatchInfo:
+    """Check one partition's produced ``records`` field (reference §4.3).
+
+    Only the header and the CRC are examined: the CRC covers the compressed
+    payload, so integrity is proven without decompressing, and per-record
+    work stays off the produce path.  ``allow_zstd`` is Produce version >= 7.
+    """
+    if records is None or len(records) == 0:
+        raise InvalidBatch(ErrorCode.INVALID_RECORD, "records must hold exactly one batch")
+    total = len(records)
+    if total < _LOG_OVERHEAD:
+        raise InvalidBatch(ErrorCode.CORRUPT_MESSAGE, f"batch framing truncated ({total} bytes)")
+    (batch_length,) = struct.unpack_from(">i", records, 8)
+    size = batch_length + _LOG_OVERHEAD
+    if size < BATCH_HEADER_SIZE:
+        raise InvalidBatch(ErrorCode.CORRUPT_MESSAGE, f"batch length {batch_length} too small")
+    if size > max_batch_bytes:
+        raise InvalidBatch(
+            ErrorCode.MESSAGE_TOO_LARGE, f"batch of {size} bytes exceeds {max_batch_bytes}"
+        )
+    if size > total:
+        raise InvalidBatch(
+            ErrorCode.CORRUPT_MESSAGE, f"batch claims {size} bytes, only {total} present"
+        )
+    if size < total:
+        raise InvalidBatch(
+            ErrorCode.INVALID_RECORD, "records must hold exactly one batch (extra bytes follow)"
+        )
+    info = BatchInfo(*_HEADER.unpack_from(records, 0))
+    if info.magic != 2:
+        raise InvalidBatch(ErrorCode.INVALID_RECORD, f"magic {info.magic}, only 2 is accepted")
+    actual = crc32c(memoryview(records)[_ATTRIBUTES_OFFSET:])
+    if actual != info.crc:
+        raise InvalidBatch(
+            ErrorCode.CORRUPT_MESSAGE, f"CRC mismatch: stored {info.crc:#010x}, got {actual:#010x}"
+        )
+    if info.base_offset != 0:
+        raise InvalidBatch(ErrorCode.INVALID_RECORD, f"base offset {info.base_offset}, not 0")
+    if info.record_count < 1:
+        raise InvalidBatch(ErrorCode.INVALID_RECORD, f"record count {info.record_count}")
+    if info.last_offset_delta != info.record_count - 1:
+        raise InvalidBatch(
+            ErrorCode.INVALID_RECORD,
+            f"lastOffsetDelta {info.last_offset_delta} != count-1 ({info.record_count - 1})",
+        )
+    if info.is_control:
+        raise InvalidBatch(ErrorCode.INVALID_RECORD, "clients may not send control batches")
+    if info.is_transactional and info.producer_id < 0:
+        raise InvalidBatch(ErrorCode.INVALID_RECORD, "transactional batch without producer id")
+    if info.producer_id >= 0 and (info.producer_epoch < 0 or info.base_sequence < 0):
+        raise InvalidBatch(
+            ErrorCode.INVALID_RECORD,
+            f"producer id {info.producer_id} with epoch {info.producer_epoch}, "
+            f"sequence {info.base_sequence}",
+        )
+    codec = info.compression
+    if codec > COMPRESSION_ZSTD:
+        raise InvalidBatch(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"unknown codec {codec}")
+    if codec == COMPRESSION_ZSTD and not allow_zstd:
+        raise InvalidBatch(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, "zstd needs Produce v7 or later")
+    return info
+
+
+def assign_offsets(
+    records: memoryview | bytes | bytearray,
+    base_offset: int,
+    leader_epoch: int,
+    log_append_time_ms: int | None = None,
+) -> bytearray:
+    """Return a copy of the batch stamped with its log position.
+
+    baseOffset and partitionLeaderEpoch lie outside the CRC, so the CRC is
+    only recomputed when LogAppendTime changes attributes and maxTimestamp.
+    """
+    if len(records) < BATCH_HEADER_SIZE:
+        raise InvalidBatch(ErrorCode.CORRUPT_MESSAGE, "batch shorter than its header")
+    out = bytearray(records)
+    struct.pack_into(">q", out, 0, base_offset)
+    struct.pack_into(">i", out, 12, leader_epoch)
+    if log_append_time_ms is not None:
+        (attrs,) = struct.unpack_from(">h", out, _ATTRIBUTES_OFFSET)
+        struct.pack_into(">h", out, _ATTRIBUTES_OFFSET, attrs | ATTR_TIMESTAMP_LOG_APPEND)
+        struct.pack_into(">q", out, _MAX_TIMESTAMP_OFFSET, log_append_time_ms)
+        struct.pack_into(">I", out, _CRC_OFFSET, crc32c(memoryview(out)[_ATTRIBUTES_OFFSET:]))
+    return out
+
+
+# --- record encoding ------------------------------------------------------
+
+
+def _put_varint(out: bytearray, value: int) -> None:
+    """Zigzag varint, as every length and delta inside a v2 record uses."""
+    v = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+
+
+def _put_bytes(out: bytearray, data: bytes | None) -> None:
+    if data is None:
+        _put_varint(out, -1)
+    else:
+        _put_varint(out, len(data))
+        out += data
+
+
+def _encode_record(out: bytearray, offset_delta: int, ts_delta: int, rec: Record) -> None:
+    body = bytearray(b"\x00")  # record attributes: unused, always 0
+    _put_varint(body, ts_delta)
+    _put_varint(body, offset_delta)
+    _put_bytes(body, rec.key)
+    _put_bytes(body, rec.value)
+    _put_varint(body, len(rec.headers))
+    for hkey, hvalue in rec.headers:
+        _put_bytes(body, hkey.encode("utf-8"))
+        _put_bytes(body, hvalue)
+    _put_varint(out, len(body))
+    out += body
+
+
+def build_batch(
+    records: list[Record],
+    base_offset: int = 0,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    compression: int = COMPRESSION_NONE,
+    *,
+    partition_leader_epoch: int = -1,
+    is_transactional: bool = False,
+) -> bytes:
+    """Encode records as one CreateTime batch (uncompressed or gzip)."""
+    if not records:
+        raise ValueError("a batch needs at least one record")
+    if compression not in (COMPRESSION_NONE, COMPRESSION_GZIP):
+        raise UnsupportedCodec(f"cannot compress with codec {compression}")
+    first_ts = records[0].timestamp_ms
+    max_ts = max(r.timestamp_ms for r in records)
+    body = bytearray()
+    for i, rec in enumerate(records):
+        _encode_record(body, i, rec.timestamp_ms - first_ts, rec)
+    payload: bytes | bytearray = body
+    if compression == COMPRESSION_GZIP:
+        # mtime=0 keeps the output deterministic for a given input.
+        payload = gzip.compress(bytes(body), mtime=0)
+    attributes = compression | (ATTR_TRANSACTIONAL if is_transactional else 0)
+    out = bytearray(BATCH_HEADER_SIZE)
+    out += payload
+    _HEADER.pack_into(
+        out,
+        0,
+        base_offset,
+        len(out) - _LOG_OVERHEAD,
+        partition_leader_epoch,
+        2,
+        0,
+        attributes,
+        len(records) - 1,
+        first_ts,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        len(records),
+    )
+    struct.pack_into(">I", out, _CRC_OFFSET, crc32c(memoryview(out)[_ATTRIBUTES_OFFSET:]))
+    return bytes(out)
+
+
+# --- record decoding ------------------------------------------------------
+
+
+def _corrupt(msg: str) -> InvalidBatch:
+    return InvalidBatch(ErrorCode.CORRUPT_MESSAGE, msg)
+
+
+def _get_varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    raw = 0
+    shift = 0
+    while True:
+        if pos >= end:
+            raise _corrupt("truncated varint in record")
+        byte = buf[pos]
+        pos += 1
+        raw |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            break
+        shift += 7
+        if shift > 63:
+            raise _corrupt("varint too long in record")
+    return (raw >> 1) ^ -(raw & 1), pos
+
+
+def _get_bytes(buf: bytes, pos: int, end: int) -> tuple[bytes | None, int]:
+    n, pos = _get_varint(buf, pos, end)
+    if n < 0:
+        return None, pos
+    if pos + n > end:
+        raise _corrupt("record field overruns its record")
+    return buf[pos : pos + n], pos + n
+
+
+def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[memoryview]:
+    """Split concatenated batches; a truncated trailing batch is dropped, as clients do."""
+    view = memoryview(buf)
+    pos = 0
+    end = len(view)
+    while pos + _LOG_OVERHEAD <= end:
+        (length,) = struct.unpack_from(">i", view, pos + 8)
+        size = length + _LOG_OVERHEAD
+        if size < BATCH_HEADER_SIZE:
+            raise _corrupt(f"batch length {length} too small")
+        if pos + size > end:
+            return
+        yield view[pos : pos + size]
+        pos += size
+
+
+def iter_records(
+    batch: bytes | bytearray | memoryview, *, max_uncompressed_bytes: int = 256 << 20
+) -> Iterator[DecodedRecord]:
+    """Decode the records of one batch (uncompressed or gzip).
+
+    ``max_uncompressed_bytes`` bounds gzip inflation so a small batch cannot
+    expand without limit in memory.
+    """
+    info = parse_batch_header(batch)
+    if info.magic != 2:
+        raise InvalidBatch(ErrorCode.INVALID_RECORD, f"magic {info.magic}")
+    size = info.size
+    if size > len(batch) or size < BATCH_HEADER_SIZE:
+        raise _corrupt("batch truncated")
+    raw = memoryview(batch)[BATCH_HEADER_SIZE:size]
+    codec = info.compression
+    data: bytes
+    if codec == COMPRESSION_NONE:
+        data = bytes(raw)
+    elif codec == COMPRESSION_GZIP:
+        data = _gunzip(raw, max_uncompressed_bytes)
+    else:
+        raise UnsupportedCodec(f"cannot decompress codec {codec}")
+    log_append = info.timestamp_type == TIMESTAMP_LOG_APPEND_TIME
+    pos = 0
+    end = len(data)
+    for _ in range(info.record_count):
+        length, pos = _get_varint(data, pos, end)
+        rec_end = pos + length
+        if length < 0 or rec_end > end:
+            raise _corrupt("record overruns its batch")
+        pos += 1  # record attributes, unused
+        ts_delta, pos = _get_varint(data, pos, rec_end)
+        off_delta, pos = _get_varint(data, pos, rec_end)
+        key, pos = _get_bytes(data, pos, rec_end)
+        value, pos = _get_bytes(data, pos, rec_end)
+        n_headers, pos = _get_varint(data, pos, rec_end)
+        if n_headers < 0:
+            raise _corrupt("negative header count")
+        headers: list[tuple[str, bytes | None]] = []
+        for _h in range(n_headers):
+            hkey, pos = _get_bytes(data, pos, rec_end)
+            hvalue, pos = _get_bytes(data, pos, rec_end)
+            if hkey is None:
+                raise _corrupt("null header key")
+            headers.append((hkey.decode("utf-8", errors="replace"), hvalue))
+        if pos != rec_end:
+            raise _corrupt("record length disagrees with its fields")
+        yield DecodedRecord(
+            offset=info.base_offset + off_delta,
+            timestamp_ms=info.max_timestamp if log_append else info.first_timestamp + ts_delta,
+            key=key,
+            value=value,
+            headers=headers,
+        )
+
+
+def _gunzip(raw: memoryview, limit: int) -> bytes:
+    # wbits=47 accepts gzip or zlib headers; Kafka producers send gzip.
+    inflater = zlib.decompressobj(wbits=47)
+    try:
+        out = inflater.decompress(raw, limit + 1)
+    except zlib.error as exc:
+        raise _corrupt(f"gzip payload: {exc}") from exc
+    if len(out) > limit:
+        raise InvalidBatch(ErrorCode.MESSAGE_TOO_LARGE, f"gzip payload inflates beyond {limit}")
+    return out

@@ -1,0 +1,176 @@
+"""Hand-written Produce codec, v3-v8 (the hot path).
+
+Records stay opaque: each partition's ``records`` is a memoryview slice of
+the received frame, so a 1 MiB batch is never copied while decoding.  The
+library codec copies it (reference §6.3); this one only walks the headers.
+Batch validation is the caller's job (``vdl.log.record_batch``), per partition,
+so that one bad partition fails alone.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+from vdl.net.kafka.errors import MalformedRequest, UnsupportedVersion
+from vdl.net.kafka.versions import SERVED_PRODUCE_MIN, ApiKey
+
+__all__ = [
+    "MAX_PRODUCE_VERSION",
+    "MIN_PRODUCE_VERSION",
+    "PartitionProduceResult",
+    "ProducePartition",
+    "ProduceRequest",
+    "ProduceTopic",
+    "decode_produce_request",
+    "encode_produce_response",
+]
+
+MIN_PRODUCE_VERSION = SERVED_PRODUCE_MIN
+MAX_PRODUCE_VERSION = 8
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_ACKS_TIMEOUT = struct.Struct(">hi")
+_HEAD = struct.Struct(">ii")  # size prefix, correlation id
+_PART_V3 = struct.Struct(">ihqq")  # index, error, base_offset, log_append_time
+_PART_V5 = struct.Struct(">ihqqq")  # ... + log_start_offset
+
+
+@dataclass(slots=True)
+class ProducePartition:
+    index: int
+    # A slice of the request frame; None when the client sent a null records field.
+    records: memoryview | None
+
+
+@dataclass(slots=True)
+class ProduceTopic:
+    name: str
+    partitions: list[ProducePartition]
+
+
+@dataclass(slots=True)
+class ProduceRequest:
+    transactional_id: str | None
+    acks: int
+    timeout_ms: int
+    topics: list[ProduceTopic]
+
+
+@dataclass(slots=True)
+class PartitionProduceResult:
+    index: int
+    error_code: int
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    log_start_offset: int = -1
+    # (batch_index, message or None); v8+ only, ignored below.
+    record_errors: list[tuple[int, str | None]] = field(default_factory=list)
+    error_message: str | None = None
+
+
+def _string(body: memoryview, pos: int, end: int, nullable: bool) -> tuple[str | None, int]:
+    if pos + 2 > end:
+        raise MalformedRequest("truncated string length")
+    (n,) = _I16.unpack_from(body, pos)
+    pos += 2
+    if n < 0:
+        if n == -1 and nullable:
+            return None, pos
+        raise MalformedRequest(f"bad string length {n}")
+    if pos + n > end:
+        raise MalformedRequest("truncated string")
+    try:
+        return bytes(body[pos : pos + n]).decode("utf-8"), pos + n
+    except UnicodeDecodeError as exc:
+        raise MalformedRequest("string is not UTF-8") from exc
+
+
+def _count(body: memoryview, pos: int, end: int) -> tuple[int, int]:
+    if pos + 4 > end:
+        raise MalformedRequest("truncated array length")
+    (n,) = _I32.unpack_from(body, pos)
+    if n < 0:
+        raise MalformedRequest(f"bad array length {n}")
+    return n, pos + 4
+
+
+def decode_produce_request(body: memoryview, version: int) -> ProduceRequest:
+    """Decode a Produce body (the frame after the request header)."""
+    if not MIN_PRODUCE_VERSION <= version <= MAX_PRODUCE_VERSION:
+        raise UnsupportedVersion(ApiKey.PRODUCE, version)
+    end = len(body)
+    transactional_id, pos = _string(body, 0, end, nullable=True)
+    if pos + 6 > end:
+        raise MalformedRequest("truncated produce request")
+    acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(body, pos)
+    pos += 6
+    n_topics, pos = _count(body, pos, end)
+    topics: list[ProduceTopic] = []
+    for _ in range(n_topics):
+        name, pos = _string(body, pos, end, nullable=False)
+        assert name is not None
+        n_parts, pos = _count(body, pos, end)
+        parts: list[ProducePartition] = []
+        for _ in range(n_parts):
+            if pos + 8 > end:
+                raise MalformedRequest("truncated partition data")
+            index, size = _HEAD.unpack_from(body, pos)
+            pos += 8
+            records: memoryview | None
+            if size < 0:
+                if size != -1:
+                    raise MalformedRequest(f"bad records length {size}")
+                records = None
+            else:
+                if pos + size > end:
+                    raise MalformedRequest("records overrun the request")
+                records = body[pos : pos + size]
+                pos += size
+            parts.append(ProducePartition(index, records))
+        topics.append(ProduceTopic(name, parts))
+    return ProduceRequest(transactional_id, acks, timeout_ms, topics)
+
+
+def _put_string(out: bytearray, s: str | None) -> None:
+    if s is None:
+        out += b"\xff\xff"
+        return
+    data = s.encode("utf-8")
+    out += _I16.pack(len(data))
+    out += data
+
+
+def encode_produce_response(
+    version: int,
+    correlation_id: int,
+    topics: list[tuple[str, list[PartitionProduceResult]]],
+    throttle_time_ms: int = 0,
+) -> bytes:
+    """Encode a framed Produce response (response header v0: not flexible below v9)."""
+    if not MIN_PRODUCE_VERSION <= version <= MAX_PRODUCE_VERSION:
+        raise UnsupportedVersion(ApiKey.PRODUCE, version)
+    out = bytearray(8)  # size prefix and correlation id, filled in at the end
+    out += _I32.pack(len(topics))
+    with_log_start = version >= 5
+    with_errors = version >= 8
+    for name, parts in topics:
+        _put_string(out, name)
+        out += _I32.pack(len(parts))
+        for p in parts:
+            if with_log_start:
+                out += _PART_V5.pack(
+                    p.index, p.error_code, p.base_offset, p.log_append_time_ms, p.log_start_offset
+                )
+            else:
+                out += _PART_V3.pack(p.index, p.error_code, p.base_offset, p.log_append_time_ms)
+            if with_errors:
+                out += _I32.pack(len(p.record_errors))
+                for batch_index, message in p.record_errors:
+                    out += _I32.pack(batch_index)
+                    _put_string(out, message)
+                _put_string(out, p.error_message)
+    out += _I32.pack(throttle_time_ms)
+    _HEAD.pack_into(out, 0, len(out) - 4, correlation_id)
+    return bytes(out)
