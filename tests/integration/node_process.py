@@ -1,0 +1,99 @@
+"""Real `python -m vdl.node` processes on loopback, for tests that use real clients."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class NodeProcess:
+    """One node process; `stop()` sends SIGTERM and returns the exit code."""
+
+    def __init__(self, data_dir: Path, *extra_args: str, kafka_port: int | None = None) -> None:
+        self.data_dir = data_dir
+        self.kafka_port = kafka_port or free_port()
+        self.extra_args = list(extra_args)
+        self.log_path = data_dir.parent / f"{data_dir.name}-node.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.kafka_port}"
+
+    def start(self, timeout: float = 30.0) -> NodeProcess:
+        log = open(self.log_path, "ab")
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "vdl.node",
+                "--data-dir",
+                str(self.data_dir),
+                "--kafka-listen",
+                self.bootstrap,
+                *self.extra_args,
+            ],
+            stdout=log,
+            stderr=log,
+            env=env,
+        )
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"node exited with {self.process.returncode}:\n{self.log()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.kafka_port), timeout=0.5):
+                    return self
+            except OSError:
+                time.sleep(0.05)
+        self.kill()
+        raise RuntimeError(f"node did not listen within {timeout}s:\n{self.log()}")
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self, timeout: float = 60.0) -> int:
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout)
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(30)
+
+    def __enter__(self) -> NodeProcess:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.alive():
+            try:
+                self.stop(30)
+            except subprocess.TimeoutExpired:
+                self.kill()

@@ -1,0 +1,205 @@
+"""One log stream (a topic partition): offsets, visibility and waiting, over a LogStore.
+
+Writers append validated record batches; the stream assigns offsets, checks idempotent
+producer sequences and hands the entry to the store. Readers see only first offset .. high
+watermark, where the high watermark is the offset after the last committed entry. On one
+node an entry commits when the flusher has made it durable; under Raft the consensus driver
+reports commits instead, through the same `on_commit`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import trio
+
+from vdl.backends.api import Entry, EntryType, LogStore
+from vdl.log.error_codes import ErrorCode
+from vdl.log.flusher import Flusher
+from vdl.log.producer_state import Accept, Duplicate, ProducerStateTable, Refuse
+from vdl.log.record_batch import BatchInfo, assign_offsets, parse_batch_header
+
+# The term written with every entry while a stream has a single replica; Raft starts here.
+SINGLE_NODE_TERM = 1
+
+
+class StreamError(Exception):
+    def __init__(self, error: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.error = error
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    base_offset: int
+    last_offset: int
+    timestamp_ms: int  # log append time, or -1 for CreateTime
+    duplicate: bool
+
+
+class LogStream:
+    def __init__(
+        self,
+        name: str,
+        store: LogStore,
+        flusher: Flusher,
+        clock_ms: Callable[[], int],
+        *,
+        log_append_time: bool = False,
+    ) -> None:
+        self.name = name
+        self._store = store
+        self._flusher = flusher
+        self._clock_ms = clock_ms
+        self._log_append_time = log_append_time
+        self._closed = False
+        # Entries appended but not yet committed: (raft index, offset after the entry).
+        self._uncommitted: deque[tuple[int, int]] = deque()
+        self._commit_index = store.last_index()
+        self._high_watermark = store.next_offset()
+        self._commit_waiters: list[tuple[int, int, trio.Event]] = []
+        self._waiter_seq = itertools.count()
+        self._watchers: set[trio.Event] = set()
+        self.producers = ProducerStateTable()
+        self._rebuild_producer_state()
+
+    @property
+    def store(self) -> LogStore:
+        return self._store
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._store.first_offset()
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._store.next_offset()
+
+    def _rebuild_producer_state(self) -> None:
+        now = self._clock_ms()
+        for _index, header in self._store.data_headers():
+            info = parse_batch_header(header)
+            self.producers.record(
+                info.producer_id,
+                info.producer_epoch,
+                info.base_sequence,
+                info.last_offset_delta,
+                info.base_offset,
+                info.max_timestamp if info.timestamp_type else -1,
+                now,
+            )
+
+    def append(self, batch: memoryview | bytes, info: BatchInfo) -> Appended:
+        """Append one validated batch now (synchronously, so callers keep their order)."""
+        if self._closed:
+            raise StreamError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{self.name} is closed")
+        verdict = self.producers.check(
+            info.producer_id, info.producer_epoch, info.base_sequence, info.last_offset_delta
+        )
+        if isinstance(verdict, Duplicate):
+            last = verdict.base_offset + info.last_offset_delta
+            return Appended(verdict.base_offset, last, verdict.timestamp_ms, True)
+        if isinstance(verdict, Refuse):
+            raise StreamError(verdict.error, verdict.message)
+        assert isinstance(verdict, Accept)
+        now = self._clock_ms()
+        base = self._store.next_offset()
+        append_time = now if self._log_append_time else None
+        payload = assign_offsets(batch, base, SINGLE_NODE_TERM, append_time)
+        index = self._store.last_index() + 1
+        self._store.append([Entry(SINGLE_NODE_TERM, index, EntryType.DATA, bytes(payload))])
+        last = base + info.last_offset_delta
+        self._uncommitted.append((index, last + 1))
+        timestamp = now if append_time is not None else -1
+        self.producers.record(
+            info.producer_id,
+            info.producer_epoch,
+            info.base_sequence,
+            info.last_offset_delta,
+            base,
+            timestamp,
+            now,
+        )
+        self._flusher.mark_dirty(self)
+        return Appended(base, last, timestamp, False)
+
+    def on_durable(self, index: int) -> None:
+        # One replica: durable on the local disk is committed.
+        self.on_commit(index)
+
+    def on_commit(self, index: int) -> None:
+        if index <= self._commit_index:
+            return
+        self._commit_index = index
+        advanced = False
+        while self._uncommitted and self._uncommitted[0][0] <= index:
+            self._high_watermark = self._uncommitted.popleft()[1]
+            advanced = True
+        if advanced:
+            self._wake()
+
+    def _wake(self) -> None:
+        hw = self._high_watermark
+        while self._commit_waiters and self._commit_waiters[0][0] < hw:
+            heapq.heappop(self._commit_waiters)[2].set()
+        for event in self._watchers:
+            event.set()
+        self._watchers.clear()
+
+    async def wait_committed(self, last_offset: int) -> None:
+        """Return once every offset up to last_offset is committed (visible to readers)."""
+        if last_offset < self._high_watermark:
+            return
+        if self._closed:
+            raise StreamError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{self.name} is closed")
+        event = trio.Event()
+        heapq.heappush(self._commit_waiters, (last_offset, next(self._waiter_seq), event))
+        await event.wait()
+        if last_offset >= self._high_watermark:
+            raise StreamError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{self.name} was closed")
+
+    def watch(self, event: trio.Event) -> None:
+        """Set `event` on the next advance of the high watermark (used by long polls)."""
+        self._watchers.add(event)
+
+    def unwatch(self, event: trio.Event) -> None:
+        self._watchers.discard(event)
+
+    def read(self, offset: int, max_bytes: int) -> list[bytes | memoryview]:
+        """Committed batches from the one holding `offset`; out-of-range is the caller's check."""
+        if offset >= self._high_watermark:
+            return []
+        return self._store.read_batches(offset, max_bytes, self._commit_index)
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
+        """First committed offset whose batch has a timestamp >= timestamp_ms, if any."""
+        for index, header in self._store.data_headers():
+            if index > self._commit_index:
+                break
+            info = parse_batch_header(header)
+            if info.max_timestamp >= timestamp_ms:
+                return max(info.base_offset, self.log_start_offset)
+        return None
+
+    def apply_retention(self) -> int:
+        return self._store.apply_retention(self._clock_ms())
+
+    async def close(self) -> None:
+        """Answer waiters with an error, wait out an in-flight sync, close the store."""
+        if self._closed:
+            return
+        self._closed = True
+        for _, _, event in self._commit_waiters:
+            event.set()
+        self._commit_waiters.clear()
+        self._wake()
+        await self._flusher.release(self)
+        self._store.close()

@@ -1,0 +1,48 @@
+"""What every Kafka API handler receives, and what it returns."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from vdl.broker.broker import Broker
+from vdl.net.kafka.header import RequestHeader
+
+# A handler does its order-sensitive work (e.g. appending) synchronously when called and
+# returns the rest as a coroutine factory; the connection runs those concurrently but
+# writes their responses in request order. None as a result means "send nothing" (acks=0).
+Response = list[bytes | memoryview] | bytes | None
+Pending = Callable[[], Awaitable[Response]]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    node_id: int
+    host: str
+    port: int
+    cluster_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    header: RequestHeader
+    frame: memoryview
+    broker: Broker
+    node: NodeInfo
+
+    @property
+    def version(self) -> int:
+        return self.header.api_version
+
+    @property
+    def body(self) -> memoryview:
+        return self.frame[self.header.body_offset :]
+
+
+def ready(response: Response) -> Pending:
+    """A Pending whose response is already known."""
+
+    async def done() -> Response:
+        return response
+
+    return done

@@ -1,0 +1,67 @@
+"""From a request header to the handler of its API, within the advertised version ranges."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from vdl.net.kafka.apis.context import Pending, RequestContext, ready
+from vdl.net.kafka.apis.describe_configs import handle_describe_configs
+from vdl.net.kafka.apis.fetch import handle_fetch
+from vdl.net.kafka.apis.init_producer_id import handle_init_producer_id
+from vdl.net.kafka.apis.list_offsets import handle_list_offsets
+from vdl.net.kafka.apis.metadata import handle_metadata
+from vdl.net.kafka.apis.produce import handle_produce
+from vdl.net.kafka.apis.topics_admin import handle_create_topics, handle_delete_topics
+from vdl.net.kafka.control_codec import api_versions_response
+from vdl.net.kafka.versions import ADVERTISED, SERVED_PRODUCE_MIN, ApiKey
+
+Handler = Callable[[RequestContext], Pending]
+
+
+class UnsupportedRequest(Exception):
+    """An API or version this node does not serve; Kafka closes the connection for these."""
+
+
+def _api_versions(ctx: RequestContext) -> Pending:
+    # Only what is served: librdkafka uses any API it sees advertised.
+    served = {key: ADVERTISED[key] for key in HANDLERS}
+    return ready(api_versions_response(ctx.header, served))
+
+
+HANDLERS: dict[int, Handler] = {
+    ApiKey.API_VERSIONS: _api_versions,
+    ApiKey.PRODUCE: handle_produce,
+    ApiKey.FETCH: handle_fetch,
+    ApiKey.LIST_OFFSETS: handle_list_offsets,
+    ApiKey.METADATA: handle_metadata,
+    ApiKey.CREATE_TOPICS: handle_create_topics,
+    ApiKey.DELETE_TOPICS: handle_delete_topics,
+    ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
+    ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,
+}
+
+
+def served_range(api_key: int) -> tuple[int, int] | None:
+    """The versions of api_key that this node both advertises and serves."""
+    if api_key not in HANDLERS:
+        return None
+    low, high = ADVERTISED[api_key]
+    if api_key == ApiKey.PRODUCE:
+        # v0-2 are advertised only so old librdkafka keeps compression on; never served.
+        low = SERVED_PRODUCE_MIN
+    return low, high
+
+
+def dispatch(ctx: RequestContext) -> Pending:
+    key, version = ctx.header.api_key, ctx.header.api_version
+    if key == ApiKey.API_VERSIONS:
+        # Any version gets an answer: unknown ones the KIP-511 fallback.
+        return _api_versions(ctx)
+    versions = served_range(key)
+    if versions is None:
+        raise UnsupportedRequest(f"API key {key} is not served")
+    if not versions[0] <= version <= versions[1]:
+        raise UnsupportedRequest(
+            f"API key {key} version {version} is outside {versions[0]}..{versions[1]}"
+        )
+    return HANDLERS[key](ctx)

@@ -1,0 +1,82 @@
+"""Fetch: committed batches by offset, long-polled until min_bytes or max_wait.
+
+Every requested partition is answered (kafka-python drops a sessionless response whose
+partition set differs from the request), and session id 0 keeps clients sessionless.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from vdl.broker.topics import TopicError
+from vdl.log.error_codes import ErrorCode
+from vdl.log.stream import LogStream
+from vdl.net.kafka.apis.context import Pending, RequestContext, Response
+from vdl.net.kafka.fetch_codec import (
+    FetchPartitionResult,
+    FetchRequest,
+    decode_fetch_request,
+    encode_fetch_response,
+)
+
+
+def _collect(
+    ctx: RequestContext, request: FetchRequest
+) -> tuple[list[tuple[str, list[FetchPartitionResult]]], int, bool, list[LogStream]]:
+    """One pass over the requested partitions: (results, bytes, any error, streams read)."""
+    remaining = request.max_bytes
+    total = 0
+    errors = False
+    streams: list[LogStream] = []
+    topics: list[tuple[str, list[FetchPartitionResult]]] = []
+    for topic in request.topics:
+        results: list[FetchPartitionResult] = []
+        for part in topic.partitions:
+            try:
+                stream = ctx.broker.stream(topic.name, part.partition)
+            except TopicError as exc:
+                errors = True
+                results.append(FetchPartitionResult(part.partition, int(exc.error), -1, -1, -1))
+                continue
+            streams.append(stream)
+            hw, start = stream.high_watermark, stream.log_start_offset
+            offset = part.fetch_offset
+            if offset < start or offset > stream.log_end_offset:
+                errors = True
+                results.append(
+                    FetchPartitionResult(
+                        part.partition, int(ErrorCode.OFFSET_OUT_OF_RANGE), hw, hw, start
+                    )
+                )
+                continue
+            records: list[bytes | memoryview] = []
+            # KIP-74: the first batch of the first non-empty partition goes out whatever its
+            # size, so a consumer always makes progress; after that, budgets are respected.
+            if remaining > 0 or total == 0:
+                budget = min(part.partition_max_bytes, max(remaining, 0))
+                records = stream.read(offset, budget)
+                size = sum(len(r) for r in records)
+                total += size
+                remaining -= size
+            results.append(
+                FetchPartitionResult(part.partition, 0, hw, hw, start, records=records)
+            )
+        topics.append((topic.name, results))
+    return topics, total, errors, streams
+
+
+def handle_fetch(ctx: RequestContext) -> Pending:
+    request = decode_fetch_request(ctx.body, ctx.version)
+    version, correlation_id = ctx.version, ctx.header.correlation_id
+
+    async def finish() -> Response:
+        deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
+        while True:
+            topics, total, errors, streams = _collect(ctx, request)
+            now = trio.current_time()
+            if errors or total >= request.min_bytes or now >= deadline or not streams:
+                break
+            await ctx.broker.wait_for_data(streams, deadline - now)
+        return encode_fetch_response(version, correlation_id, 0, 0, 0, topics)
+
+    return finish

@@ -1,0 +1,31 @@
+"""InitProducerId: a fresh producer id (epoch 0) for every idempotent producer."""
+
+from __future__ import annotations
+
+from kafka.protocol.producer import InitProducerIdResponse
+
+from vdl.log.error_codes import ErrorCode
+from vdl.net.kafka.apis.context import Pending, RequestContext, ready
+from vdl.net.kafka.control_codec import decode_request, encode_response
+
+
+def handle_init_producer_id(ctx: RequestContext) -> Pending:
+    request = decode_request(ctx.header, ctx.frame)
+    if request.transactional_id is not None:
+        # Transactions are not served; a non-retriable error makes that plain to the client.
+        response = InitProducerIdResponse(
+            throttle_time_ms=0,
+            error_code=int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+            producer_id=-1,
+            producer_epoch=-1,
+            version=ctx.version,
+        )
+    else:
+        response = InitProducerIdResponse(
+            throttle_time_ms=0,
+            error_code=0,
+            producer_id=ctx.broker.allocate_producer_id(),
+            producer_epoch=0,
+            version=ctx.version,
+        )
+    return ready(encode_response(ctx.header, response))

@@ -1,0 +1,112 @@
+"""Produce: validate each partition's batch, append it in request order, answer once durable."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import trio
+
+from vdl.broker.topics import TopicError
+from vdl.log.error_codes import ErrorCode
+from vdl.log.record_batch import InvalidBatch, validate_produced_batch
+from vdl.log.stream import Appended, LogStream, StreamError
+from vdl.net.kafka.apis.context import Pending, RequestContext, Response
+from vdl.net.kafka.produce_codec import (
+    PartitionProduceResult,
+    decode_produce_request,
+    encode_produce_response,
+)
+
+ZSTD_MIN_PRODUCE_VERSION = 7
+
+
+@dataclass(slots=True)
+class _Slot:
+    """One partition's outcome: an error now, or an append whose commit is awaited."""
+
+    topic: str
+    partition: int
+    error: ErrorCode = ErrorCode.NONE
+    message: str | None = None
+    stream: LogStream | None = None
+    appended: Appended | None = None
+
+
+def _append_one(ctx: RequestContext, slot: _Slot, records: memoryview | None, version: int) -> None:
+    broker = ctx.broker
+    try:
+        topic = broker.catalog.get(slot.topic)
+        if topic is None:
+            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {slot.topic!r}")
+        stream = broker.stream(slot.topic, slot.partition)
+        if records is None:
+            raise InvalidBatch(ErrorCode.INVALID_RECORD, "records are null")
+        info = validate_produced_batch(
+            records,
+            max_batch_bytes=int(broker.topic_config(topic, "max.message.bytes")),
+            allow_zstd=version >= ZSTD_MIN_PRODUCE_VERSION,
+        )
+        slot.appended = stream.append(records, info)
+        slot.stream = stream
+    except (TopicError, StreamError) as exc:
+        slot.error, slot.message = exc.error, str(exc)
+    except InvalidBatch as exc:
+        slot.error, slot.message = ErrorCode(exc.error_code), exc.message
+
+
+def handle_produce(ctx: RequestContext) -> Pending:
+    version = ctx.version
+    request = decode_produce_request(ctx.body, version)
+    slots: list[_Slot] = []
+    for topic in request.topics:
+        for partition in topic.partitions:
+            slot = _Slot(topic.name, partition.index)
+            slots.append(slot)
+            if request.transactional_id is not None:
+                slot.error = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                slot.message = "transactions are not supported"
+            elif request.acks not in (0, 1, -1):
+                slot.error = ErrorCode.INVALID_REQUIRED_ACKS
+            else:
+                _append_one(ctx, slot, partition.records, version)
+    acks, timeout_ms, correlation_id = request.acks, request.timeout_ms, ctx.header.correlation_id
+
+    async def finish() -> Response:
+        if acks == 0:
+            return None
+        # acks=1 and acks=all both mean "durable on the partition's leader" on one node; under
+        # replication the stream's commit point is the majority-durable point.
+        with trio.move_on_after(max(timeout_ms, 0) / 1000):
+            for slot in slots:
+                if slot.stream is not None and slot.appended is not None:
+                    try:
+                        await slot.stream.wait_committed(slot.appended.last_offset)
+                    except StreamError as exc:
+                        slot.error, slot.message = exc.error, str(exc)
+        return _encode(version, correlation_id, slots)
+
+    return finish
+
+
+def _encode(version: int, correlation_id: int, slots: list[_Slot]) -> bytes:
+    by_topic: dict[str, list[PartitionProduceResult]] = {}
+    for slot in slots:
+        error, base_offset, append_time, start = slot.error, -1, -1, -1
+        if error == ErrorCode.NONE and slot.appended is not None and slot.stream is not None:
+            if slot.appended.last_offset >= slot.stream.high_watermark:
+                error = ErrorCode.REQUEST_TIMED_OUT
+            else:
+                base_offset = slot.appended.base_offset
+                append_time = slot.appended.timestamp_ms
+                start = slot.stream.log_start_offset
+        by_topic.setdefault(slot.topic, []).append(
+            PartitionProduceResult(
+                index=slot.partition,
+                error_code=int(error),
+                base_offset=base_offset,
+                log_append_time_ms=append_time,
+                log_start_offset=start,
+                error_message=slot.message if error != ErrorCode.NONE else None,
+            )
+        )
+    return encode_produce_response(version, correlation_id, list(by_topic.items()), 0)

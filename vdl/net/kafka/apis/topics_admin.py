@@ -1,0 +1,80 @@
+"""CreateTopics and DeleteTopics."""
+
+from __future__ import annotations
+
+from kafka.protocol.admin import CreateTopicsResponse, DeleteTopicsResponse
+
+from vdl.broker.topics import TopicError
+from vdl.log.error_codes import ErrorCode
+from vdl.net.kafka.apis.context import Pending, RequestContext, Response, ready
+from vdl.net.kafka.control_codec import decode_request, encode_response
+
+# Replicas a topic can have while this node is the whole cluster.
+AVAILABLE_REPLICAS = 1
+
+
+def handle_create_topics(ctx: RequestContext) -> Pending:
+    request = decode_request(ctx.header, ctx.frame)
+    broker = ctx.broker
+    results = []
+    for topic in request.topics:
+        error: int = 0
+        message: str | None = None
+        partitions = topic.num_partitions
+        if partitions == -1:
+            partitions = broker.default_partitions
+        try:
+            if topic.assignments:
+                raise TopicError(
+                    ErrorCode.INVALID_REQUEST, "manual replica assignment is not supported"
+                )
+            if topic.replication_factor not in (-1, *range(1, AVAILABLE_REPLICAS + 1)):
+                raise TopicError(
+                    ErrorCode.INVALID_REPLICATION_FACTOR,
+                    f"replication factor {topic.replication_factor} is larger than the "
+                    f"{AVAILABLE_REPLICAS} available node(s)",
+                )
+            configs = {c.name: c.value for c in topic.configs if c.value is not None}
+            broker.create_topic(
+                topic.name, partitions, configs, validate_only=bool(request.validate_only)
+            )
+        except TopicError as exc:
+            error, message = int(exc.error), str(exc)
+        results.append(
+            CreateTopicsResponse.CreatableTopicResult(
+                name=topic.name,
+                error_code=error,
+                error_message=message,
+                num_partitions=partitions if error == 0 else -1,
+                replication_factor=1 if error == 0 else -1,
+                configs=None,
+            )
+        )
+    response = CreateTopicsResponse(throttle_time_ms=0, topics=results, version=ctx.version)
+    return ready(encode_response(ctx.header, response))
+
+
+def handle_delete_topics(ctx: RequestContext) -> Pending:
+    request = decode_request(ctx.header, ctx.frame)
+    header = ctx.header
+    names = list(request.topic_names or [])
+
+    async def finish() -> Response:
+        results = []
+        for name in names:
+            error, message = 0, None
+            try:
+                await ctx.broker.delete_topic(name)
+            except TopicError as exc:
+                error, message = int(exc.error), str(exc)
+            results.append(
+                DeleteTopicsResponse.DeletableTopicResult(
+                    name=name, error_code=error, error_message=message
+                )
+            )
+        response = DeleteTopicsResponse(
+            throttle_time_ms=0, responses=results, version=header.api_version
+        )
+        return encode_response(header, response)
+
+    return finish
