@@ -1,0 +1,138 @@
+"""The sans-I/O core: two GrpcConnection objects exchanging bytes directly, no Trio."""
+
+from __future__ import annotations
+
+import inspect
+
+import h2.connection
+from h2.errors import ErrorCodes
+from hyperframe.frame import DataFrame
+
+from vdl.net.grpc import events as ev
+from vdl.net.grpc.connection import GrpcConnection, GrpcSettings
+from vdl.net.grpc.status import StatusCode
+
+SMALL = GrpcSettings(stream_window_size=65_535, connection_window_size=65_535)
+
+
+class Pair:
+    def __init__(self, settings: GrpcSettings | None = None) -> None:
+        self.client = GrpcConnection(client_side=True, settings=settings)
+        self.server = GrpcConnection(client_side=False, settings=settings)
+        self.client_events: list[ev.Event] = []
+        self.server_events: list[ev.Event] = []
+        self.exchange()
+
+    def exchange(self) -> None:
+        """Move bytes both ways until neither side has anything to say."""
+        while True:
+            to_server = self.client.data_to_send()
+            to_client = self.server.data_to_send()
+            if not to_server and not to_client:
+                return
+            if to_server:
+                self.server_events += self.server.receive_data(to_server)
+            if to_client:
+                self.client_events += self.client.receive_data(to_client)
+
+    def take(self, events: list[ev.Event], kind: type) -> list:  # type: ignore[type-arg]
+        found = [e for e in events if isinstance(e, kind)]
+        events[:] = [e for e in events if not isinstance(e, kind)]
+        return found
+
+
+def test_unary_exchange_at_core_level() -> None:
+    pair = Pair()
+    sid = pair.client.start_request("/t.S/M", [("x-a", "1")], authority="h:1", timeout=5)
+    pair.client.send_message(sid, b"req")
+    pair.client.end_stream(sid)
+    pair.exchange()
+    (request,) = pair.take(pair.server_events, ev.RequestReceived)
+    assert request.method == "/t.S/M"
+    assert request.timeout == 5
+    assert ("x-a", "1") in request.metadata
+    (message,) = pair.take(pair.server_events, ev.MessageReceived)
+    assert message.data == b"req" and message.flow_credit == 8
+    assert pair.take(pair.server_events, ev.StreamEnded)
+    pair.server.message_consumed(sid, message.flow_credit)
+    pair.server.send_message(sid, b"resp")
+    pair.server.send_trailers(sid, StatusCode.OK)
+    pair.exchange()
+    assert pair.take(pair.client_events, ev.ResponseHeadersReceived)
+    (reply,) = pair.take(pair.client_events, ev.MessageReceived)
+    assert reply.data == b"resp"
+    (trailers,) = pair.take(pair.client_events, ev.TrailersReceived)
+    assert trailers.status is StatusCode.OK
+    assert not pair.server.is_open(sid) and not pair.client.is_open(sid)
+
+
+def test_credit_returns_only_when_messages_are_consumed() -> None:
+    pair = Pair(SMALL)
+    sid = pair.client.start_request("/t.S/M", authority="h")
+    pair.exchange()
+    for _ in range(10):
+        pair.client.send_message(sid, b"x" * 10_000)
+        pair.exchange()
+    messages = pair.take(pair.server_events, ev.MessageReceived)
+    # Only what fits in the 64 KiB window has arrived; the rest waits in the client.
+    assert len(messages) == 6
+    assert pair.client.outbound_pending(sid) > 0
+    for message in messages:
+        pair.server.message_consumed(sid, message.flow_credit)
+    pair.exchange()
+    assert len(pair.take(pair.server_events, ev.MessageReceived)) == 4
+    assert pair.client.outbound_pending(sid) == 0
+
+
+def test_message_larger_than_window_completes_when_reader_waits() -> None:
+    pair = Pair(SMALL)
+    sid = pair.client.start_request("/t.S/M", authority="h")
+    pair.client.send_message(sid, b"y" * 1_000_000)
+    pair.exchange()
+    (message,) = pair.take(pair.server_events, ev.MessageReceived)
+    assert len(message.data) == 1_000_000
+
+
+def test_graceful_goaway_lets_open_streams_finish() -> None:
+    pair = Pair()
+    sid = pair.client.start_request("/t.S/M", authority="h")
+    pair.client.send_message(sid, b"a")
+    pair.exchange()
+    pair.server.start_graceful_shutdown()
+    # A request that crosses the GOAWAY on the wire.
+    late = pair.client.start_request("/t.S/M", authority="h")
+    pair.exchange()
+    (goaway,) = pair.take(pair.client_events, ev.GoAwayReceived)
+    assert goaway.last_stream_id == sid and goaway.error_code == 0
+    resets = pair.take(pair.client_events, ev.StreamReset)
+    assert [(r.stream_id, r.error_code) for r in resets] == [(late, ErrorCodes.REFUSED_STREAM)]
+    # The first stream still works in both directions after the GOAWAY.
+    pair.client.send_message(sid, b"b")
+    pair.client.end_stream(sid)
+    pair.exchange()
+    pair.server.send_message(sid, b"reply")
+    pair.server.send_trailers(sid, StatusCode.OK)
+    pair.exchange()
+    assert [m.data for m in pair.take(pair.server_events, ev.MessageReceived)] == [b"a", b"b"]
+    (trailers,) = pair.take(pair.client_events, ev.TrailersReceived)
+    assert trailers.status is StatusCode.OK
+    pair.server.close()
+    pair.exchange()
+    assert pair.take(pair.client_events, ev.GoAwayReceived)
+
+
+def test_ping_is_acked_in_the_same_receive() -> None:
+    pair = Pair()
+    pair.client.ping(b"12345678")
+    pair.server.receive_data(pair.client.data_to_send())
+    events = pair.client.receive_data(pair.server.data_to_send())
+    assert ev.PingAcknowledged(b"12345678") in events
+
+
+def test_data_frame_repr_does_not_touch_the_payload() -> None:
+    # h2 4.x builds repr(frame) for every received frame (H2Connection._receive_frame)
+    # whatever the logger; hyperframe's stock DATA repr hex-encodes the whole payload.
+    # If this canary fails, h2 changed and the workaround may be removable.
+    assert "repr(frame)" in inspect.getsource(h2.connection.H2Connection._receive_frame)
+    text = repr(DataFrame(1, data=b"\xab" * 8_000_000))
+    assert "8000000" in text and "abab" not in text
