@@ -1,0 +1,483 @@
+"""`LogStore` on native segment files (VDL design 5.2.1).
+
+Layout of a stream directory and the file formats: `segment.py` (names), `entry_codec.py`
+(log entries), `raft_index.py` and `log_index.py` (the two fixed-width indexes).
+
+Write path: one append() encodes all its entries into one buffer and issues one pwrite per
+segment it touches (one, unless it rolls). Index records are appended in memory and reach
+their files only once the entries they describe are durable (see `_flush_indexes`), so after
+a crash an index is at worst behind the log, never ahead of what survived; recovery
+(`recovery.py`) re-verifies and re-indexes only the unindexed tail. Indexes are therefore
+never fdatasync'ed: they cost no extra flush on the commit path and can always be rebuilt.
+
+Read path: entries still in the recent-entries cache come from memory; older ones are read
+with one pread per run of entries in a segment, located arithmetically through the raft
+index (by Raft index) or by binary search of the log index (by offset), and CRC-checked.
+
+Threads: everything runs on the owning thread except `sync()`, whose shared state is
+confined to `SyncTracker` (`durability.py`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from vdl.backends.api import (
+    CorruptionError,
+    Entry,
+    EntryType,
+    LogStoreOptions,
+    StorageError,
+    batch_offsets,
+)
+from vdl.backends.segment.durability import SyncTracker
+from vdl.backends.segment.entry_codec import HEADER, HEADER_SIZE, append_entry, entry_is_intact
+from vdl.backends.segment.log_index import BatchRecord
+from vdl.backends.segment.recent_cache import RecentCache
+from vdl.backends.segment.recovery import open_segments
+from vdl.backends.segment.segment import MAX_SEGMENT_BYTES, Segment, batch_max_timestamp
+from vdl.backends.segment.segment_list import SegmentList
+
+_BATCH_HEADER_SIZE = 61
+# Index records are written out once this many durable entries are waiting (or a closed
+# segment still has unwritten ones): a crash then costs at most this many entries of
+# re-scan, and the index files see one write per this many entries.
+_INDEX_FLUSH_EVERY = 1024
+_DATA = int(EntryType.DATA)
+_RAFT_ONLY = frozenset({int(EntryType.NOOP), int(EntryType.CONFIG)})
+
+
+class SegmentLogStore:
+    def __init__(
+        self, directory: Path, options: LogStoreOptions, segments: list[Segment], dir_fd: int
+    ) -> None:
+        self._directory = directory
+        self._options = options
+        self._segments = SegmentList(segments)
+        self._size = sum(s.size for s in segments)
+        last = self._segments.active.last_index
+        self._tracker = SyncTracker(dir_fd, durable_index=last)
+        self._cache = RecentCache(options.cache_bytes, last + 1)
+        self._index_flushed = last  # index records of entries up to here are in files
+        self._unsealed_closed: list[Segment] = []  # closed, index records not all written
+        self._next_offset = 0
+        self._first_offset = 0
+        self._recompute_offsets()
+        self._closed = False
+
+    @classmethod
+    def open(cls, directory: Path, options: LogStoreOptions) -> SegmentLogStore:
+        if options.segment_bytes <= 0:
+            raise StorageError(f"segment_bytes must be positive, not {options.segment_bytes}")
+        directory.mkdir(parents=True, exist_ok=True)
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        segments: list[Segment] = []
+        try:
+            segments = open_segments(directory)
+            if not segments:
+                segments = [Segment.create(directory, 1, 0)]
+            # Whatever recovery kept beyond the old indexes becomes durable here, so its
+            # rebuilt index records may be written (and cuts and removals stick).
+            for segment in segments:
+                if not segment.raft.records.sealed:
+                    os.fdatasync(segment.fd)
+            os.fsync(dir_fd)
+            for segment in segments:
+                segment.flush_indexes_through(segment.last_index)
+            for segment in segments[:-1]:
+                segment.seal_indexes()
+        except BaseException:
+            for segment in segments:
+                os.close(segment.fd)
+                segment.close_indexes()
+            os.close(dir_fd)
+            raise
+        return cls(directory, options, segments, dir_fd)
+
+    # -- Raft side -------------------------------------------------------------------
+
+    def first_index(self) -> int:
+        return self._segments.first.first_index
+
+    def last_index(self) -> int:
+        return self._segments.active.last_index
+
+    def term_at(self, index: int) -> int:
+        self._live()
+        if not self.first_index() <= index <= self.last_index():
+            raise StorageError(
+                f"no entry {index}: stored are {self.first_index()}..{self.last_index()}"
+            )
+        cached = self._cache.get(index)
+        if cached is not None:
+            return cached.term
+        return self._segments.holding_index(index).raft.entry(index)[0]
+
+    def append(self, entries: Sequence[Entry]) -> None:
+        self._live()
+        self._tracker.check_healthy()
+        if not entries:
+            return
+        offsets = self._check_appendable(entries)
+        first = entries[0].index
+        try:
+            written_fds = self._write(entries, offsets)
+        except BaseException:
+            # Undo the partial append so memory, indexes and files agree again.
+            self._truncate(first)
+            raise
+        self._tracker.written(written_fds, entries[-1].index)
+        self._cache.add(entries)
+        self._flush_indexes()
+
+    def _check_appendable(self, entries: Sequence[Entry]) -> list[tuple[int, int] | None]:
+        """Validate the whole call before writing any of it; return each entry's batch
+        offsets (None for Raft-only entries)."""
+        expected = self.last_index() + 1
+        next_offset = self._next_offset
+        offsets: list[tuple[int, int] | None] = []
+        for entry in entries:
+            if entry.index != expected:
+                raise StorageError(f"entry {entry.index} appended where {expected} was expected")
+            expected += 1
+            if entry.type == _DATA:
+                first, last = batch_offsets(entry.payload)
+                # The log index is binary-searched: offsets must grow with the index.
+                if first < next_offset or last < first:
+                    raise StorageError(
+                        f"entry {entry.index}: batch offsets {first}..{last} "
+                        f"do not follow offset {next_offset}"
+                    )
+                next_offset = last + 1
+                offsets.append((first, last))
+            elif entry.type in _RAFT_ONLY:
+                offsets.append(None)
+            else:
+                raise StorageError(f"entry {entry.index}: unknown type {entry.type!r}")
+            if len(entry.payload) > MAX_SEGMENT_BYTES - HEADER_SIZE:
+                raise StorageError(f"entry {entry.index}: payload too large")
+        return offsets
+
+    def _write(self, entries: Sequence[Entry], offsets: list[tuple[int, int] | None]) -> list[int]:
+        """Encode and write `entries`, rolling as needed; return the data fds written."""
+        active = self._segments.active
+        roll_at = min(self._options.segment_bytes, MAX_SEGMENT_BYTES)
+        buf = bytearray()
+        written_fds: list[int] = []
+        no_data_yet = self._first_offset == self._next_offset  # an empty offset range
+        for entry, batch in zip(entries, offsets, strict=True):
+            payload = entry.payload
+            position = active.size + len(buf)
+            entry_bytes = HEADER_SIZE + len(payload)
+            if active.raft.count and (
+                position >= roll_at or position + entry_bytes > MAX_SEGMENT_BYTES
+            ):
+                self._write_out(active, buf, written_fds)
+                buf = bytearray()
+                active = self._roll(entry.index)
+                position = 0
+            kind = int(entry.type)
+            if batch is not None:
+                first, last = batch
+                active.log.append(
+                    first, last, entry.index, batch_max_timestamp(payload), position, len(payload)
+                )
+                self._next_offset = last + 1
+                if no_data_yet:
+                    self._first_offset, no_data_yet = first, False
+            active.raft.append(entry.term, position, kind)
+            append_entry(buf, entry.term, entry.index, kind, payload)
+        self._write_out(active, buf, written_fds)
+        return written_fds
+
+    def _write_out(self, segment: Segment, buf: bytearray, written_fds: list[int]) -> None:
+        if buf:
+            segment.write(buf)
+            self._size += len(buf)
+            written_fds.append(segment.fd)
+
+    def _roll(self, first_index: int) -> Segment:
+        closing = self._segments.active
+        segment = Segment.create(self._directory, first_index, self._next_offset)
+        self._segments.push(segment)
+        self._unsealed_closed.append(closing)
+        self._tracker.directory_changed()
+        return segment
+
+    def truncate_suffix(self, from_index: int) -> None:
+        self._live()
+        self._truncate(max(from_index, self.first_index()))
+
+    def _truncate(self, start: int) -> None:
+        segments = self._segments
+        if start >= segments.active.next_index:
+            return
+        removed_files = False
+        while len(segments) > 1 and segments.active.first_index >= start:
+            self._delete_segment(segments.pop_last())
+            removed_files = True
+        active = segments.active
+        if active in self._unsealed_closed:
+            self._unsealed_closed.remove(active)
+        active.unseal_indexes()  # it takes appends again
+        before = active.size
+        active.truncate_from(start)
+        self._size -= before - active.size
+        self._tracker.truncated(start - 1)
+        self._tracker.written([active.fd], start - 1)  # the shorter length must be synced
+        self._index_flushed = min(self._index_flushed, start - 1)
+        self._cache.truncate_from(start)
+        self._recompute_offsets()
+        if removed_files:
+            # Now, not at the next sync: a removed segment must not reappear next to one
+            # of the same first index created after it.
+            self._tracker.sync_directory()
+
+    def entries(self, lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
+        self._live()
+        if lo < self.first_index():
+            raise StorageError(f"entry {lo} is before the first stored {self.first_index()}")
+        hi = min(hi, self.last_index() + 1)
+        out: list[Entry] = []
+        total = 0
+        index = lo
+        cache_from = self._cache.first_index
+        while index < hi:
+            cached = self._cache.get(index) if index >= cache_from else None
+            if cached is not None:
+                total += len(cached.payload)
+                if out and max_bytes is not None and total > max_bytes:
+                    break
+                out.append(cached)
+                index += 1
+                continue
+            segment = self._segments.holding_index(index)
+            run_end = min(hi, segment.next_index, max(cache_from, index + 1))
+            budget = None if max_bytes is None else max_bytes - total
+            run = _read_entries(segment, index, run_end, budget, first_is_free=not out)
+            out.extend(run)
+            total += sum(len(e.payload) for e in run)
+            index += len(run)
+            if index < run_end:
+                break  # out of budget
+        return out
+
+    # -- reader side -----------------------------------------------------------------
+
+    def first_offset(self) -> int:
+        return self._first_offset
+
+    def next_offset(self) -> int:
+        return self._next_offset
+
+    def index_of_offset(self, offset: int) -> int | None:
+        self._live()
+        found = self._locate_offset(offset)
+        if found is None:
+            return None
+        number, k = found
+        return self._segments[number].log.record(k).raft_index
+
+    def read_batches(self, offset: int, max_bytes: int, max_index: int) -> list[bytes | memoryview]:
+        self._live()
+        out: list[bytes | memoryview] = []
+        found = self._locate_offset(offset)
+        if found is None:
+            return out
+        first_number, k = found
+        total = 0
+        for number in range(first_number, len(self._segments)):
+            segment = self._segments[number]
+            on_disk: list[BatchRecord] = []  # a run of batches to read with one pread
+            stop = False
+            for j in range(k, segment.log.count):
+                record = segment.log.record(j)
+                if record.raft_index > max_index or (
+                    (out or on_disk) and total + record.length > max_bytes
+                ):
+                    stop = True
+                    break
+                total += record.length
+                cached = self._cache.get(record.raft_index)
+                if cached is None:
+                    on_disk.append(record)
+                    continue
+                _read_batches(segment, on_disk, out)  # older than the cached one
+                on_disk = []
+                out.append(cached.payload)
+            _read_batches(segment, on_disk, out)
+            if stop:
+                break
+            k = 0
+        return out
+
+    def data_headers(self) -> Iterator[tuple[int, bytes]]:
+        self._live()
+        for segment in self._segments.snapshot():
+            log = segment.log
+            for k in range(log.count):
+                record = log.record(k)
+                cached = self._cache.get(record.raft_index)
+                if cached is not None:
+                    yield record.raft_index, bytes(cached.payload[:_BATCH_HEADER_SIZE])
+                else:
+                    header = segment.read(record.position + HEADER_SIZE, _BATCH_HEADER_SIZE)
+                    yield record.raft_index, header
+
+    def _locate_offset(self, offset: int) -> tuple[int, int] | None:
+        """(segment number, log record number) of the batch holding `offset`, or of the first
+        batch after it; None if no stored batch ends at or after `offset`."""
+        if offset >= self._next_offset:
+            return None
+        segments = self._segments
+        for number in range(segments.number_for_offset(offset), len(segments)):
+            segment = segments[number]
+            k = segment.log.find_offset(offset)
+            if k < segment.log.count:
+                return number, k
+        return None
+
+    # -- durability, retention, lifecycle ----------------------------------------------
+
+    def sync(self) -> None:
+        """Safe to call from another thread while the owner appends (see durability.py)."""
+        self._tracker.sync()
+
+    def _flush_indexes(self, force: bool = False) -> None:
+        """Write out the index records of entries already durable."""
+        durable = self._tracker.durable_index
+        if durable <= self._index_flushed:
+            return
+        if not force and not self._unsealed_closed:
+            if durable - self._index_flushed < _INDEX_FLUSH_EVERY:
+                return
+        for segment in [*self._unsealed_closed, self._segments.active]:
+            segment.flush_indexes_through(durable)
+        still_open = []
+        for segment in self._unsealed_closed:
+            if segment.indexes_flushed():
+                segment.seal_indexes()
+            else:
+                still_open.append(segment)
+        self._unsealed_closed = still_open
+        self._index_flushed = durable
+
+    def apply_retention(self, now_ms: int) -> int:
+        self._live()
+        retention = self._options.retention
+        if retention.max_bytes is None and retention.max_age_ms is None:
+            return 0
+        deadline = None if retention.max_age_ms is None else now_ms - retention.max_age_ms
+        removed = 0
+        segments = self._segments
+        while len(segments) > 1:
+            oldest = segments.first
+            expired = retention.max_bytes is not None and self._size > retention.max_bytes
+            if not expired and deadline is not None:
+                newest = oldest.newest_timestamp(closed=True)
+                expired = (oldest.mtime_ms() if newest is None else newest) < deadline
+            if not expired:
+                break
+            segments.pop_first()
+            removed += oldest.raft.count
+            self._delete_segment(oldest)
+        if removed:
+            self._cache.drop_before(self.first_index())
+            self._recompute_offsets()
+            self._tracker.directory_changed()
+        return removed
+
+    def _delete_segment(self, segment: Segment) -> None:
+        if segment in self._unsealed_closed:
+            self._unsealed_closed.remove(segment)
+        self._size -= segment.size
+        self._tracker.retire(segment.fd)
+        segment.delete_files()
+
+    def size_bytes(self) -> int:
+        return self._size
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            if self._tracker.healthy():
+                self._tracker.sync()
+                self._flush_indexes(force=True)
+        finally:
+            self._closed = True
+            self._tracker.close()
+            for segment in self._segments.snapshot():
+                os.close(segment.fd)
+                segment.close_indexes()
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _live(self) -> None:
+        if self._closed:
+            raise StorageError("log store is closed")
+
+    def _recompute_offsets(self) -> None:
+        segments = self._segments.snapshot()
+        self._next_offset = segments[-1].start_offset
+        for segment in reversed(segments):
+            if segment.log.count:
+                self._next_offset = segment.log.record(segment.log.count - 1).last_offset + 1
+                break
+        self._first_offset = self._next_offset
+        for segment in segments:
+            if segment.log.count:
+                self._first_offset = segment.log.record(0).base_offset
+                break
+
+
+def _read_entries(
+    segment: Segment, lo: int, hi: int, budget: int | None, first_is_free: bool
+) -> list[Entry]:
+    """Entries lo..hi-1 of `segment` within `budget` payload bytes, with one pread."""
+    start = segment.position_of(lo)
+    end = start
+    index = lo
+    spent = 0
+    while index < hi:
+        following = segment.position_of(index + 1)
+        length = following - end - HEADER_SIZE
+        if budget is not None and spent + length > budget and not (first_is_free and index == lo):
+            break
+        spent += length
+        end = following
+        index += 1
+    data = segment.read(start, end - start)
+    out: list[Entry] = []
+    at = 0
+    for expected in range(lo, index):
+        _, length, term, got, kind = HEADER.unpack_from(data, at)
+        if got != expected or not entry_is_intact(data, at, length):
+            raise CorruptionError(f"segment {segment.stem}: entry {expected} fails its CRC")
+        body = at + HEADER_SIZE
+        out.append(Entry(term, expected, EntryType(kind), data[body : body + length]))
+        at = body + length
+    return out
+
+
+def _read_batches(
+    segment: Segment, records: list[BatchRecord], out: list[bytes | memoryview]
+) -> None:
+    """Append the payloads of `records` (consecutive DATA entries of `segment`) to `out`
+    as views into one pread covering them all."""
+    if not records:
+        return
+    start = records[0].position
+    last = records[-1]
+    data = memoryview(segment.read(start, last.position + HEADER_SIZE + last.length - start))
+    for record in records:
+        at = record.position - start
+        if HEADER.unpack_from(data, at)[3] != record.raft_index or not entry_is_intact(
+            data, at, record.length
+        ):
+            raise CorruptionError(
+                f"segment {segment.stem}: entry {record.raft_index} fails its CRC"
+            )
+        out.append(data[at + HEADER_SIZE : at + HEADER_SIZE + record.length])
