@@ -18,6 +18,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+# Any buffer a batch may be held in; stores hand out memoryviews of their own reads.
+Buffer = bytes | bytearray | memoryview
+
 
 class EntryType(enum.IntEnum):
     DATA = 1  # payload: one RecordBatch v2 with its offsets assigned
@@ -30,7 +33,9 @@ class Entry:
     term: int
     index: int
     type: EntryType
-    payload: bytes
+    # A bytearray is accepted so a batch whose offsets were just rewritten in place is
+    # stored without another copy; nobody mutates a payload once it is in an Entry.
+    payload: bytes | bytearray
 
 
 class StorageError(Exception):
@@ -46,7 +51,7 @@ _LAST_OFFSET_DELTA = struct.Struct(">i")
 _BATCH_HEADER_SIZE = 61
 
 
-def batch_offsets(payload: bytes | memoryview) -> tuple[int, int]:
+def batch_offsets(payload: Buffer) -> tuple[int, int]:
     """Return (first, last) record offset of a RecordBatch v2 payload.
 
     Backends need only these two header fields to index data entries by record offset.
@@ -126,7 +131,7 @@ class LogStore(Protocol):
 
     def read_batches(
         self, offset: int, max_bytes: int, max_index: int
-    ) -> list[bytes | memoryview]:
+    ) -> list[Buffer]:
         """Record batches from the one holding `offset`, in order, up to Raft index
         `max_index` (the commit point). The first batch is returned whatever its size; later
         ones only while the total stays within max_bytes. Whole batches only."""

@@ -14,6 +14,7 @@ from pathlib import Path
 from rocksdict import Rdict, WriteBatch
 
 from vdl.backends.api import (
+    Buffer,
     CorruptionError,
     Entry,
     EntryType,
@@ -243,9 +244,9 @@ class RocksLogStore:
                 return decode_offset_value(it.value())[0]
         return None
 
-    def read_batches(self, offset: int, max_bytes: int, max_index: int) -> list[bytes | memoryview]:
+    def read_batches(self, offset: int, max_bytes: int, max_index: int) -> list[Buffer]:
         start = self.index_of_offset(offset)
-        out: list[bytes | memoryview] = []
+        out: list[Buffer] = []
         if start is None or start > max_index:
             return out
         db = self._live()

@@ -25,6 +25,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from vdl.backends.api import (
+    Buffer,
     CorruptionError,
     Entry,
     EntryType,
@@ -280,9 +281,9 @@ class SegmentLogStore:
         number, k = found
         return self._segments[number].log.record(k).raft_index
 
-    def read_batches(self, offset: int, max_bytes: int, max_index: int) -> list[bytes | memoryview]:
+    def read_batches(self, offset: int, max_bytes: int, max_index: int) -> list[Buffer]:
         self._live()
-        out: list[bytes | memoryview] = []
+        out: list[Buffer] = []
         found = self._locate_offset(offset)
         if found is None:
             return out
@@ -463,7 +464,7 @@ def _read_entries(
 
 
 def _read_batches(
-    segment: Segment, records: list[BatchRecord], out: list[bytes | memoryview]
+    segment: Segment, records: list[BatchRecord], out: list[Buffer]
 ) -> None:
     """Append the payloads of `records` (consecutive DATA entries of `segment`) to `out`
     as views into one pread covering them all."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import trio
 
+from vdl.backends.api import Buffer
 from vdl.broker.topics import TopicError
 from vdl.log.error_codes import ErrorCode
 from vdl.log.stream import LogStream
@@ -49,7 +50,7 @@ def _collect(
                     )
                 )
                 continue
-            records: list[bytes | memoryview] = []
+            records: list[Buffer] = []
             # KIP-74: the first batch of the first non-empty partition goes out whatever its
             # size, so a consumer always makes progress; after that, budgets are respected.
             if remaining > 0 or total == 0:
