@@ -1,0 +1,158 @@
+"""Compact binary encoding of consensus messages, for the driver's TCP transport.
+
+Layout (big-endian): u8 kind, u64 src, u64 dst, u64 term, then per kind:
+
+    AppendEntries      u64 prev_index, u64 prev_term, u64 commit, u32 count,
+                       count * (u64 term, u8 type, u32 length, payload)
+                       (entry indexes are implicit: prev_index + 1, + 2, ...)
+    AppendResponse     u64 index, u8 reject, u64 hint_index, u64 hint_term
+    Heartbeat          u64 commit
+    HeartbeatResponse  -
+    RequestVote        u64 last_index, u64 last_term, u8 flags (1 pre-vote, 2 transfer)
+    VoteResponse       u8 flags (1 granted, 2 pre-vote)
+    TimeoutNow         -
+    InstallSnapshot    u64 index, u64 term, u32 length + config (membership encoding),
+                       u32 length + handle
+
+Framing (length prefix, group id for multi-raft) belongs to the transport, not here.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from vdl.backends.api import Entry, EntryType
+from vdl.consensus.membership import decode_config, encode_config
+from vdl.consensus.messages import (
+    AppendEntries,
+    AppendResponse,
+    Heartbeat,
+    HeartbeatResponse,
+    InstallSnapshot,
+    Message,
+    RequestVote,
+    TimeoutNow,
+    VoteResponse,
+)
+from vdl.consensus.state import SnapshotMeta
+
+
+class WireError(ValueError):
+    """Bytes that do not decode to a message."""
+
+
+_HEAD = struct.Struct(">BQQQ")
+_U8 = struct.Struct(">B")
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+_APPEND = struct.Struct(">QQQI")
+_ENTRY = struct.Struct(">QBI")
+_APPEND_RESP = struct.Struct(">QBQQ")
+_VOTE = struct.Struct(">QQB")
+_SNAP = struct.Struct(">QQ")
+
+_KINDS: dict[type, int] = {
+    AppendEntries: 1,
+    AppendResponse: 2,
+    Heartbeat: 3,
+    HeartbeatResponse: 4,
+    RequestVote: 5,
+    VoteResponse: 6,
+    TimeoutNow: 7,
+    InstallSnapshot: 8,
+}
+
+
+def encode(m: Message) -> bytes:
+    out = bytearray(_HEAD.pack(_KINDS[type(m)], m.src, m.dst, m.term))
+    if isinstance(m, AppendEntries):
+        out += _APPEND.pack(m.prev_index, m.prev_term, m.commit, len(m.entries))
+        for i, entry in enumerate(m.entries):
+            if entry.index != m.prev_index + 1 + i:
+                raise ValueError("AppendEntries entries must follow prev_index contiguously")
+            out += _ENTRY.pack(entry.term, entry.type, len(entry.payload))
+            out += entry.payload
+    elif isinstance(m, AppendResponse):
+        out += _APPEND_RESP.pack(m.index, m.reject, m.hint_index, m.hint_term)
+    elif isinstance(m, Heartbeat):
+        out += _U64.pack(m.commit)
+    elif isinstance(m, RequestVote):
+        out += _VOTE.pack(m.last_index, m.last_term, m.pre_vote | (m.transfer << 1))
+    elif isinstance(m, VoteResponse):
+        out += _U8.pack(m.granted | (m.pre_vote << 1))
+    elif isinstance(m, InstallSnapshot):
+        config = encode_config(m.snapshot.config)
+        out += _SNAP.pack(m.snapshot.index, m.snapshot.term)
+        out += _U32.pack(len(config)) + config
+        out += _U32.pack(len(m.handle)) + m.handle
+    return bytes(out)
+
+
+class _Reader:
+    def __init__(self, data: bytes | bytearray | memoryview) -> None:
+        self.data = memoryview(data)
+        self.pos = 0
+
+    def unpack(self, fmt: struct.Struct) -> tuple[int, ...]:
+        if self.pos + fmt.size > len(self.data):
+            raise WireError("message truncated")
+        values = fmt.unpack_from(self.data, self.pos)
+        self.pos += fmt.size
+        return values
+
+    def take(self, n: int) -> bytes:
+        if self.pos + n > len(self.data):
+            raise WireError("message truncated")
+        chunk = bytes(self.data[self.pos : self.pos + n])
+        self.pos += n
+        return chunk
+
+
+def decode(data: bytes | bytearray | memoryview) -> Message:
+    r = _Reader(data)
+    kind, src, dst, term = r.unpack(_HEAD)
+    m: Message
+    if kind == 1:
+        prev_index, prev_term, commit, count = r.unpack(_APPEND)
+        entries = []
+        for i in range(count):
+            entry_term, entry_type, length = r.unpack(_ENTRY)
+            try:
+                etype = EntryType(entry_type)
+            except ValueError as exc:
+                raise WireError(f"unknown entry type {entry_type}") from exc
+            entries.append(Entry(entry_term, prev_index + 1 + i, etype, r.take(length)))
+        m = AppendEntries(src, dst, term, prev_index, prev_term, commit, tuple(entries))
+    elif kind == 2:
+        index, reject, hint_index, hint_term = r.unpack(_APPEND_RESP)
+        m = AppendResponse(src, dst, term, index, bool(reject), hint_index, hint_term)
+    elif kind == 3:
+        (commit,) = r.unpack(_U64)
+        m = Heartbeat(src, dst, term, commit)
+    elif kind == 4:
+        m = HeartbeatResponse(src, dst, term)
+    elif kind == 5:
+        last_index, last_term, flags = r.unpack(_VOTE)
+        m = RequestVote(src, dst, term, last_index, last_term, bool(flags & 1), bool(flags & 2))
+    elif kind == 6:
+        (flags,) = r.unpack(_U8)
+        m = VoteResponse(src, dst, term, bool(flags & 1), bool(flags & 2))
+    elif kind == 7:
+        m = TimeoutNow(src, dst, term)
+    elif kind == 8:
+        index, snap_term = r.unpack(_SNAP)
+        (config_len,) = r.unpack(_U32)
+        try:
+            config = decode_config(r.take(config_len))
+        except WireError:
+            raise
+        except ValueError as exc:
+            raise WireError(str(exc)) from exc
+        (handle_len,) = r.unpack(_U32)
+        handle = r.take(handle_len)
+        m = InstallSnapshot(src, dst, term, SnapshotMeta(index, snap_term, config), handle)
+    else:
+        raise WireError(f"unknown message kind {kind}")
+    if r.pos != len(r.data):
+        raise WireError("trailing bytes after message")
+    return m
