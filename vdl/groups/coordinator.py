@@ -1,0 +1,508 @@
+"""The classic consumer-group protocol as a sans-I/O state machine.
+
+Every call takes `now_ms`; nothing here reads a clock, sleeps or touches I/O. A request that
+must wait (JoinGroup until the rebalance completes, a follower's SyncGroup until the leader's
+assignment) gets a `Held` ticket; when it can be answered, `(ticket, result)` is queued and
+the driver collects it with `take_completions()`. The driver also calls `tick(now_ms)` at
+`next_deadline_ms()`, which is where sessions expire and rebalances time out.
+
+Because the outcome depends only on the sequence of calls, the same machine can later be
+driven from a replicated log (one command per call) without changing it.
+
+Static membership (group_instance_id) is not implemented: the field is ignored and every
+member is dynamic, which is what all supported clients use by default.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from vdl.groups.group import Group, GroupState, Member, Protocols
+from vdl.log.error_codes import ErrorCode
+
+_PREPARING = GroupState.PREPARING_REBALANCE
+_COMPLETING = GroupState.COMPLETING_REBALANCE
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConfig:
+    # Kafka's group.initial.rebalance.delay.ms: a new group waits this long to batch joins.
+    initial_rebalance_delay_ms: int = 3000
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1_800_000
+
+
+@dataclass(frozen=True, slots=True)
+class JoinRequest:
+    group_id: str
+    member_id: str
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: Protocols
+    # True for clients that understand MEMBER_ID_REQUIRED (Kafka JoinGroup v4+).
+    require_known_member_id: bool
+
+
+@dataclass(frozen=True, slots=True)
+class JoinResult:
+    error: ErrorCode
+    member_id: str = ""
+    generation: int = -1
+    protocol_type: str | None = None
+    protocol: str | None = None
+    leader: str = ""
+    # Every member's (id, metadata for the chosen protocol); only the leader gets them.
+    members: tuple[tuple[str, bytes], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    error: ErrorCode
+    assignment: bytes = b""
+    protocol_type: str | None = None
+    protocol: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """The request waits; its result arrives as a completion with this ticket."""
+
+    ticket: int
+    # The longest the core can take to complete it (the rebalance deadline); drivers use it
+    # as a safety bound.
+    timeout_ms: int
+
+
+Result = JoinResult | SyncResult
+Completion = tuple[int, Result]
+
+
+def random_member_id(client_id: str) -> str:
+    # Kafka's format, so ids look familiar in client logs.
+    return f"{client_id}-{uuid.uuid4()}"
+
+
+class GroupCoordinator:
+    def __init__(
+        self,
+        config: GroupConfig | None = None,
+        new_member_id: Callable[[str], str] = random_member_id,
+    ) -> None:
+        self.config = config or GroupConfig()
+        self._new_member_id = new_member_id
+        self._groups: dict[str, Group] = {}
+        self._next_ticket = 1
+        self._completions: list[Completion] = []
+        self._closed = False
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def group(self, group_id: str) -> Group | None:
+        return self._groups.get(group_id)
+
+    def groups(self) -> Iterator[Group]:
+        return iter(list(self._groups.values()))
+
+    def take_completions(self) -> list[Completion]:
+        completions, self._completions = self._completions, []
+        return completions
+
+    def next_deadline_ms(self) -> int | None:
+        deadlines = (g.next_deadline_ms() for g in self._groups.values())
+        return min((d for d in deadlines if d is not None), default=None)
+
+    # -- JoinGroup -------------------------------------------------------------------------
+
+    def join(self, now_ms: int, req: JoinRequest) -> JoinResult | Held:
+        def fail(error: ErrorCode) -> JoinResult:
+            return JoinResult(error, member_id=req.member_id)
+
+        if self._closed:
+            return fail(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        if not req.group_id:
+            return fail(ErrorCode.INVALID_GROUP_ID)
+        config = self.config
+        if (
+            not config.min_session_timeout_ms
+            <= req.session_timeout_ms
+            <= (config.max_session_timeout_ms)
+        ):
+            return fail(ErrorCode.INVALID_SESSION_TIMEOUT)
+        group = self._groups.get(req.group_id)
+        if group is None:
+            if req.member_id:
+                return fail(ErrorCode.UNKNOWN_MEMBER_ID)
+            group = self._groups[req.group_id] = Group(req.group_id)
+        names = [name for name, _ in req.protocols]
+        if not req.protocol_type or not group.accepts(req.protocol_type, names, req.member_id):
+            return fail(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+
+        if not req.member_id:
+            member_id = self._new_member_id(req.client_id)
+            if req.require_known_member_id:
+                # KIP-394: no state for this member until it proves it got the id.
+                group.pending[member_id] = now_ms + req.session_timeout_ms
+                return JoinResult(ErrorCode.MEMBER_ID_REQUIRED, member_id=member_id)
+            return self._add_member(now_ms, group, member_id, req)
+        if req.member_id in group.pending:
+            del group.pending[req.member_id]
+            return self._add_member(now_ms, group, req.member_id, req)
+        member = group.members.get(req.member_id)
+        if member is None:
+            return fail(ErrorCode.UNKNOWN_MEMBER_ID)
+
+        changed = member.protocols != req.protocols or member.protocol_type != req.protocol_type
+        is_leader = group.is_leader(member.member_id)
+        if not changed and (
+            group.state is _COMPLETING or (group.state is GroupState.STABLE and not is_leader)
+        ):
+            # A retried join: the answer of this generation still holds.
+            member.renew_session(now_ms)
+            return self._join_result(group, member)
+        # Anything else (the leader rejoining, new subscriptions, a rejoin while preparing)
+        # goes through a rebalance; the leader's rejoin is how it asks for one.
+        self._update_member(now_ms, member, req)
+        if len(group.members) == 1:
+            group.protocol_type = req.protocol_type
+        held = self._hold_join(group, member)
+        if group.state is not _PREPARING:
+            self._prepare_rebalance(now_ms, group)
+        self._maybe_complete_join(now_ms, group)
+        return held
+
+    def _add_member(self, now_ms: int, group: Group, member_id: str, req: JoinRequest) -> Held:
+        member = Member(
+            member_id=member_id,
+            client_id=req.client_id,
+            client_host=req.client_host,
+            session_timeout_ms=req.session_timeout_ms,
+            rebalance_timeout_ms=req.rebalance_timeout_ms,
+            protocol_type=req.protocol_type,
+            protocols=req.protocols,
+            session_deadline_ms=now_ms + req.session_timeout_ms,
+        )
+        if not group.members:
+            group.protocol_type = req.protocol_type
+        group.members[member_id] = member
+        held = self._hold_join(group, member)
+        if group.state is _PREPARING:
+            if group.initial_delay_cap_ms is not None:
+                # Each newcomer during the initial delay buys the others a little more time.
+                group.join_deadline_ms = min(
+                    now_ms + self.config.initial_rebalance_delay_ms, group.initial_delay_cap_ms
+                )
+        else:
+            self._prepare_rebalance(now_ms, group)
+        self._maybe_complete_join(now_ms, group)
+        return held
+
+    def _update_member(self, now_ms: int, member: Member, req: JoinRequest) -> None:
+        member.client_id = req.client_id
+        member.client_host = req.client_host
+        member.session_timeout_ms = req.session_timeout_ms
+        member.rebalance_timeout_ms = req.rebalance_timeout_ms
+        member.protocol_type = req.protocol_type
+        member.protocols = req.protocols
+        member.renew_session(now_ms)
+
+    def _hold_join(self, group: Group, member: Member) -> Held:
+        if member.join_ticket is not None:
+            # The client gave up on its earlier join and sent another; answer the old one.
+            self._complete(member.join_ticket, JoinResult(ErrorCode.REBALANCE_IN_PROGRESS))
+        member.join_ticket = self._ticket()
+        timeout = max(group.max_rebalance_timeout_ms(), self.config.initial_rebalance_delay_ms)
+        return Held(member.join_ticket, timeout)
+
+    def _join_result(self, group: Group, member: Member) -> JoinResult:
+        members: tuple[tuple[str, bytes], ...] = ()
+        protocol = group.protocol or ""
+        if group.is_leader(member.member_id):
+            members = tuple((m.member_id, m.metadata_for(protocol)) for m in group.members.values())
+        return JoinResult(
+            ErrorCode.NONE,
+            member_id=member.member_id,
+            generation=group.generation,
+            protocol_type=group.protocol_type,
+            protocol=group.protocol,
+            leader=group.leader or "",
+            members=members,
+        )
+
+    # -- rebalance -------------------------------------------------------------------------
+
+    def _prepare_rebalance(self, now_ms: int, group: Group) -> None:
+        if group.state is _COMPLETING:
+            # Followers waiting for an assignment of a generation that will never be.
+            self._fail_syncs(group, ErrorCode.REBALANCE_IN_PROGRESS)
+        initial = group.state is GroupState.EMPTY
+        group.state = _PREPARING
+        group.sync_deadline_ms = None
+        rebalance_timeout = group.max_rebalance_timeout_ms()
+        if initial:
+            delay = min(self.config.initial_rebalance_delay_ms, rebalance_timeout)
+            group.join_deadline_ms = now_ms + delay
+            group.initial_delay_cap_ms = now_ms + max(rebalance_timeout, delay)
+        else:
+            group.join_deadline_ms = now_ms + rebalance_timeout
+            group.initial_delay_cap_ms = None
+
+    def _maybe_complete_join(self, now_ms: int, group: Group) -> None:
+        if group.state is not _PREPARING:
+            return
+        assert group.join_deadline_ms is not None
+        if group.initial_delay_cap_ms is not None:
+            # The delay batches first joins; nobody left to batch means nothing to wait for.
+            if now_ms >= group.join_deadline_ms or not group.members:
+                self._complete_join(now_ms, group)
+        elif group.all_rejoined() or now_ms >= group.join_deadline_ms:
+            self._complete_join(now_ms, group)
+
+    def _complete_join(self, now_ms: int, group: Group) -> None:
+        for member in list(group.members.values()):
+            if member.join_ticket is None:
+                # Did not rejoin within the rebalance timeout: out of the group.
+                self._drop(group, member)
+        group.join_deadline_ms = None
+        group.initial_delay_cap_ms = None
+        group.generation += 1
+        if not group.members:
+            group.state = GroupState.EMPTY
+            group.protocol = None
+            group.leader = None
+            return
+        group.protocol = group.select_protocol()
+        if group.leader not in group.members:
+            group.leader = next(iter(group.members))
+        group.state = _COMPLETING
+        group.sync_deadline_ms = now_ms + group.max_rebalance_timeout_ms()
+        for member in group.members.values():
+            ticket = member.join_ticket
+            assert ticket is not None
+            member.join_ticket = None
+            member.assignment = b""
+            member.renew_session(now_ms)
+            self._complete(ticket, self._join_result(group, member))
+
+    # -- SyncGroup -------------------------------------------------------------------------
+
+    def sync(
+        self,
+        now_ms: int,
+        group_id: str,
+        member_id: str,
+        generation: int,
+        assignments: Mapping[str, bytes],
+        protocol_type: str | None = None,
+        protocol: str | None = None,
+    ) -> SyncResult | Held:
+        """`assignments` are used only from the leader; followers send none."""
+        group = self._groups.get(group_id)
+        if self._closed or (group is not None and group.state is GroupState.DEAD):
+            return SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        if group is None or group.state is GroupState.EMPTY:
+            return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
+        member = group.members.get(member_id)
+        if member is None:
+            return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
+        if generation != group.generation:
+            return SyncResult(ErrorCode.ILLEGAL_GENERATION)
+        if (protocol_type is not None and protocol_type != group.protocol_type) or (
+            protocol is not None and protocol != group.protocol
+        ):
+            return SyncResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        if group.state is _PREPARING:
+            return SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)
+        member.renew_session(now_ms)
+        if group.state is GroupState.STABLE:
+            return self._sync_result(group, member)
+        # CompletingRebalance
+        if member.sync_ticket is not None:
+            self._complete(member.sync_ticket, SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
+            member.sync_ticket = None
+        if not group.is_leader(member_id):
+            member.sync_ticket = self._ticket()
+            assert group.sync_deadline_ms is not None
+            return Held(member.sync_ticket, max(0, group.sync_deadline_ms - now_ms))
+        for each in group.members.values():
+            each.assignment = assignments.get(each.member_id, b"")
+        group.state = GroupState.STABLE
+        group.sync_deadline_ms = None
+        for each in group.members.values():
+            if each.sync_ticket is not None:
+                ticket, each.sync_ticket = each.sync_ticket, None
+                each.renew_session(now_ms)
+                self._complete(ticket, self._sync_result(group, each))
+        return self._sync_result(group, member)
+
+    def _sync_result(self, group: Group, member: Member) -> SyncResult:
+        return SyncResult(
+            ErrorCode.NONE,
+            assignment=member.assignment,
+            protocol_type=group.protocol_type,
+            protocol=group.protocol,
+        )
+
+    def _fail_syncs(self, group: Group, error: ErrorCode) -> None:
+        for member in group.members.values():
+            if member.sync_ticket is not None:
+                ticket, member.sync_ticket = member.sync_ticket, None
+                self._complete(ticket, SyncResult(error))
+
+    # -- Heartbeat, LeaveGroup -------------------------------------------------------------
+
+    def heartbeat(self, now_ms: int, group_id: str, member_id: str, generation: int) -> ErrorCode:
+        group = self._groups.get(group_id)
+        if self._closed or (group is not None and group.state is GroupState.DEAD):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if group is None or group.state is GroupState.EMPTY:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        member = group.members.get(member_id)
+        if member is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if generation != group.generation:
+            return ErrorCode.ILLEGAL_GENERATION
+        member.renew_session(now_ms)
+        if group.state is _PREPARING:
+            # How members learn they must rejoin.
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
+
+    def leave(self, now_ms: int, group_id: str, member_ids: Sequence[str]) -> list[ErrorCode]:
+        """Per-member errors, in the order given."""
+        group = self._groups.get(group_id)
+        if self._closed or (group is not None and group.state is GroupState.DEAD):
+            return [ErrorCode.COORDINATOR_NOT_AVAILABLE] * len(member_ids)
+        if group is None:
+            return [ErrorCode.UNKNOWN_MEMBER_ID] * len(member_ids)
+        errors: list[ErrorCode] = []
+        removed = False
+        for member_id in member_ids:
+            if group.pending.pop(member_id, None) is not None:
+                # Never part of a generation, so nobody needs to rebalance for it.
+                errors.append(ErrorCode.NONE)
+            elif member_id in group.members:
+                self._drop(group, group.members[member_id])
+                removed = True
+                errors.append(ErrorCode.NONE)
+            else:
+                errors.append(ErrorCode.UNKNOWN_MEMBER_ID)
+        if removed:
+            self._after_removal(now_ms, group)
+        else:
+            # A join may have been waiting only for the pending ids that just left.
+            self._maybe_complete_join(now_ms, group)
+        return errors
+
+    def _drop(self, group: Group, member: Member) -> None:
+        """Remove a member and answer whatever it has held; the caller rebalances."""
+        del group.members[member.member_id]
+        if member.join_ticket is not None:
+            self._complete(
+                member.join_ticket,
+                JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member.member_id),
+            )
+        if member.sync_ticket is not None:
+            self._complete(member.sync_ticket, SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
+
+    def _after_removal(self, now_ms: int, group: Group) -> None:
+        if group.state in (GroupState.STABLE, _COMPLETING):
+            self._prepare_rebalance(now_ms, group)
+        self._maybe_complete_join(now_ms, group)
+
+    # -- OffsetCommit --------------------------------------------------------------------
+
+    def check_commit(
+        self, now_ms: int, group_id: str, member_id: str, generation: int
+    ) -> ErrorCode:
+        """May this member commit offsets for the group now? Renews its session if so.
+
+        Generation -1 is a standalone commit (the client assigns partitions itself); it is
+        accepted while the group has no members.
+        """
+        if self._closed:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        group = self._groups.get(group_id)
+        if group is None:
+            if generation >= 0:
+                # A generation of a group this coordinator does not know (e.g. from before a
+                # restart): make the member rejoin.
+                return ErrorCode.ILLEGAL_GENERATION
+            # Listed as Empty from now on, as Kafka does for standalone committers.
+            group = self._groups[group_id] = Group(group_id)
+        if group.state is GroupState.DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if generation < 0 and group.state is GroupState.EMPTY:
+            return ErrorCode.NONE
+        if group.state is _COMPLETING:
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        member = group.members.get(member_id)
+        if member is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if generation != group.generation:
+            return ErrorCode.ILLEGAL_GENERATION
+        member.renew_session(now_ms)
+        return ErrorCode.NONE
+
+    # -- time ------------------------------------------------------------------------------
+
+    def tick(self, now_ms: int) -> None:
+        """Apply every deadline that has passed: pending ids, sessions, rebalance timeouts."""
+        for group in list(self._groups.values()):
+            self._tick_group(now_ms, group)
+
+    def _tick_group(self, now_ms: int, group: Group) -> None:
+        expired_pending = [m for m, deadline in group.pending.items() if deadline <= now_ms]
+        for member_id in expired_pending:
+            del group.pending[member_id]
+        expired = [
+            m
+            for m in group.members.values()
+            if m.join_ticket is None and m.sync_ticket is None and m.session_deadline_ms <= now_ms
+        ]
+        for member in expired:
+            self._drop(group, member)
+        if expired:
+            self._after_removal(now_ms, group)
+        if group.state is _COMPLETING:
+            assert group.sync_deadline_ms is not None
+            if now_ms >= group.sync_deadline_ms:
+                # The leader never sent its assignment; whoever did not sync is out.
+                for member in list(group.members.values()):
+                    if member.sync_ticket is None:
+                        self._drop(group, member)
+                self._prepare_rebalance(now_ms, group)
+        self._maybe_complete_join(now_ms, group)
+
+    # -- shutdown --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """The coordinator stops serving: held requests are answered so clients look for
+        the coordinator again, and every later call gets COORDINATOR_NOT_AVAILABLE."""
+        self._closed = True
+        for group in self._groups.values():
+            for member in group.members.values():
+                if member.join_ticket is not None:
+                    ticket, member.join_ticket = member.join_ticket, None
+                    self._complete(ticket, JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+                if member.sync_ticket is not None:
+                    ticket, member.sync_ticket = member.sync_ticket, None
+                    self._complete(ticket, SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+            group.state = GroupState.DEAD
+            group.join_deadline_ms = group.sync_deadline_ms = group.initial_delay_cap_ms = None
+            group.pending.clear()
+            group.members.clear()
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _ticket(self) -> int:
+        ticket = self._next_ticket
+        self._next_ticket += 1
+        return ticket
+
+    def _complete(self, ticket: int, result: Result) -> None:
+        self._completions.append((ticket, result))

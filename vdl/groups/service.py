@@ -1,0 +1,191 @@
+"""The Trio driver around `GroupCoordinator`: clock, timers and held requests.
+
+Request handlers call the synchronous methods in request order; a held JoinGroup/SyncGroup
+comes back as a `Waiter` the handler awaits in its Pending coroutine. One task (`run`) sleeps
+until the core's next deadline or until a call may have moved it, then ticks the core. All
+core calls happen on the Trio thread, so the core needs no locks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+
+import trio
+
+from vdl.backends.api import MetaStore
+from vdl.groups.coordinator import (
+    GroupConfig,
+    GroupCoordinator,
+    Held,
+    JoinRequest,
+    JoinResult,
+    Result,
+    SyncResult,
+    random_member_id,
+)
+from vdl.groups.group import Group
+from vdl.groups.offsets import CommittedOffset, OffsetStore, TopicPartition
+from vdl.log.error_codes import ErrorCode
+
+# Extra time a handler waits beyond the core's own deadline before giving up on a held
+# request; the core always answers first unless something is badly wrong.
+_HELD_SLACK_S = 5.0
+
+
+class Waiter:
+    """The future answer of one held request."""
+
+    __slots__ = ("_event", "_result", "timeout_s")
+
+    def __init__(self, timeout_s: float) -> None:
+        self._event = trio.Event()
+        self._result: Result | None = None
+        self.timeout_s = timeout_s
+
+    def set(self, result: Result) -> None:
+        self._result = result
+        self._event.set()
+
+    async def wait(self) -> Result | None:
+        """The result, or None if the core did not answer in time."""
+        with trio.move_on_after(self.timeout_s):
+            await self._event.wait()
+        return self._result
+
+
+class GroupService:
+    def __init__(
+        self,
+        meta: MetaStore,
+        config: GroupConfig | None = None,
+        *,
+        wall_clock_ms: Callable[[], int],
+        new_member_id: Callable[[str], str] = random_member_id,
+    ) -> None:
+        self.coordinator = GroupCoordinator(config, new_member_id)
+        self.offsets = OffsetStore(meta)
+        self._wall_clock_ms = wall_clock_ms
+        # Only tickets not yet answered; every ticket is eventually answered by the core
+        # (deadline, expiry or close), so nothing accumulates here.
+        self._waiters: dict[int, Waiter] = {}
+        self._wake = trio.Event()
+        self._stopped = False
+
+    @staticmethod
+    def now_ms() -> int:
+        # Trio's clock, not the wall clock: monotonic, and MockClock drives it in tests.
+        return math.floor(trio.current_time() * 1000)
+
+    # -- the driver task -------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Fire the core's timers until `stop()`."""
+        task_status.started()
+        while not self._stopped:
+            wake = self._wake
+            deadline = self.coordinator.next_deadline_ms()
+            # Half a millisecond late, so that now_ms() has surely reached the deadline.
+            at = math.inf if deadline is None else (deadline + 0.5) / 1000
+            with trio.move_on_at(at):
+                await wake.wait()
+            if wake.is_set():
+                self._wake = trio.Event()
+            self.coordinator.tick(self.now_ms())
+            self._deliver()
+
+    def stop(self) -> None:
+        """Answer every held request (clients look for the coordinator again) and end `run`."""
+        self.coordinator.close()
+        self._deliver()
+        self._stopped = True
+        self._wake.set()
+
+    def _after_call(self) -> None:
+        self._deliver()
+        # The call may have moved the next deadline earlier; let the driver recompute.
+        self._wake.set()
+
+    def _deliver(self) -> None:
+        for ticket, result in self.coordinator.take_completions():
+            waiter = self._waiters.pop(ticket, None)
+            if waiter is not None:
+                waiter.set(result)
+
+    def _register(self, held: Held) -> Waiter:
+        waiter = Waiter(held.timeout_ms / 1000 + _HELD_SLACK_S)
+        self._waiters[held.ticket] = waiter
+        return waiter
+
+    # -- group membership ------------------------------------------------------------------
+
+    def join(self, request: JoinRequest) -> JoinResult | Waiter:
+        outcome = self.coordinator.join(self.now_ms(), request)
+        # Register before delivering: the join that completes a rebalance is answered at once.
+        answer = self._register(outcome) if isinstance(outcome, Held) else outcome
+        self._after_call()
+        return answer
+
+    def sync(
+        self,
+        group_id: str,
+        member_id: str,
+        generation: int,
+        assignments: Mapping[str, bytes],
+        protocol_type: str | None = None,
+        protocol: str | None = None,
+    ) -> SyncResult | Waiter:
+        outcome = self.coordinator.sync(
+            self.now_ms(), group_id, member_id, generation, assignments, protocol_type, protocol
+        )
+        answer = self._register(outcome) if isinstance(outcome, Held) else outcome
+        self._after_call()
+        return answer
+
+    def heartbeat(self, group_id: str, member_id: str, generation: int) -> ErrorCode:
+        # No _after_call: a heartbeat only moves a session deadline later and answers no
+        # held request, so the driver need not wake (the most frequent call stays cheap).
+        return self.coordinator.heartbeat(self.now_ms(), group_id, member_id, generation)
+
+    def leave(self, group_id: str, member_ids: Sequence[str]) -> list[ErrorCode]:
+        errors = self.coordinator.leave(self.now_ms(), group_id, member_ids)
+        self._after_call()
+        return errors
+
+    def group(self, group_id: str) -> Group | None:
+        return self.coordinator.group(group_id)
+
+    def groups(self) -> list[Group]:
+        return list(self.coordinator.groups())
+
+    # -- committed offsets -----------------------------------------------------------------
+
+    def check_commit(self, group_id: str, member_id: str, generation: int) -> ErrorCode:
+        # Like a heartbeat: at most a session deadline moves later.
+        return self.coordinator.check_commit(self.now_ms(), group_id, member_id, generation)
+
+    def commit_offsets(
+        self, group_id: str, offsets: Mapping[TopicPartition, tuple[int, str, int]]
+    ) -> None:
+        """Store (offset, metadata, leader epoch) per partition, stamped with the wall clock.
+
+        Validate first with `check_commit`; this writes synchronously (one synced batch),
+        so commits from one connection are stored in the order they were sent.
+        """
+        now = self._wall_clock_ms()
+        self.offsets.commit(
+            group_id,
+            {
+                tp: CommittedOffset(offset, metadata, epoch, now)
+                for tp, (offset, metadata, epoch) in offsets.items()
+            },
+        )
+
+    def fetch_offsets(
+        self, group_id: str, partitions: Sequence[TopicPartition] | None
+    ) -> dict[TopicPartition, CommittedOffset | None]:
+        """Committed offsets of the given partitions (None: not committed), or of every
+        partition the group has committed when `partitions` is None."""
+        if partitions is None:
+            return dict(self.offsets.fetch_all(group_id))
+        return self.offsets.fetch(group_id, partitions)
