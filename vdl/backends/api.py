@@ -5,9 +5,10 @@ type; the payload of a DATA entry is exactly one Kafka RecordBatch v2 whose base
 already been assigned, so one write serves both Raft and readers (no double I/O).
 
 Stores are synchronous and single-threaded with one exception: `sync()` may run in a worker
-thread while the owning thread keeps appending. `sync()` makes durable at least every entry
-appended before it was called, which is what lets one flusher turn many appends into one
-fdatasync (group commit).
+thread while the owning thread keeps appending. `sync()` writes (if the store deferred it)
+and makes durable at least every entry appended before it was called, which is what lets
+one flusher turn many appends into one fdatasync (group commit) and keeps disk writes off
+the owning thread.
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ class Entry:
     term: int
     index: int
     type: EntryType
-    # A bytearray is accepted so a batch whose offsets were just rewritten in place is
-    # stored without another copy; nobody mutates a payload once it is in an Entry.
-    payload: bytes | bytearray
+    # A bytearray or a memoryview is accepted so a batch whose offsets were just rewritten
+    # in place (in the buffer it was received into) is stored without another copy. Nobody
+    # mutates a payload once it is in an Entry: a store may keep it and write it later.
+    payload: Buffer
 
 
 class StorageError(Exception):
@@ -104,7 +106,8 @@ class LogStore(Protocol):
     def append(self, entries: Sequence[Entry]) -> None:
         """Append entries; the first must have index last_index() + 1.
 
-        Written to the OS but not necessarily durable until `sync()` covers it.
+        Queued or written to the OS, and readable at once, but not necessarily durable
+        until `sync()` covers it. The store may keep the payloads until then.
         """
         ...
 
@@ -143,7 +146,8 @@ class LogStore(Protocol):
         ...
 
     def sync(self) -> None:
-        """Make every entry appended before this call durable (fdatasync or equivalent).
+        """Write and make durable every entry appended before this call (writes still
+        queued, then fdatasync or equivalent).
 
         The only method that may run in another thread concurrently with `append`."""
         ...

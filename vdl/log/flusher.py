@@ -1,13 +1,21 @@
 """Group commit: one flusher per data directory turns many appends into one fdatasync each.
 
-Streams mark themselves dirty after an append; the flusher notes each dirty store's last
-index, syncs them all in a worker thread while appends go on, and then reports that index
-as durable. An append is acknowledged only after a flush that started after it.
+Streams mark themselves dirty after an append, noting their store's last index. A long-lived
+thread takes every dirty stream at once, syncs their stores (which writes what they queued
+and fdatasyncs, while appends go on) and reports each noted index as durable back into
+Trio. An append is acknowledged only after a sync that started after it: the index is noted
+after the append returned, and the thread takes it only before calling `sync()`.
+
+One thread for the node's lifetime, fed under a condition and answering through
+`TrioToken.run_sync_soon`, rather than `trio.to_thread.run_sync` per round: the hand-off is
+one condition notify and one callback, and the thread starts its next round as soon as its
+last one ended, without waiting for the event loop to schedule a task.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Protocol
 
 import trio
@@ -24,52 +32,111 @@ class Flushable(Protocol):
     def on_durable(self, index: int) -> None: ...
 
 
-def _sync_all(stores: list[LogStore]) -> None:
-    for store in stores:
-        store.sync()
-
-
 class Flusher:
     def __init__(self) -> None:
-        self._dirty: dict[Flushable, None] = {}  # insertion-ordered set
-        self._wakeup = trio.Event()
+        self._cond = threading.Condition()
+        # Guarded by _cond: stream -> last index appended when it was marked (insertion-
+        # ordered), the streams of the round being synced, and what the thread is told.
+        self._dirty: dict[Flushable, int] = {}
+        self._round: frozenset[Flushable] = frozenset()
         self._closing = False
-        # Held while a sync runs in its thread, so a store is never closed under it.
-        self._sync_lock = trio.Lock()
+        self._abort = False
+        # Trio side only.
+        self._round_done = trio.Event()
+        self._ended = trio.Event()
+        self._failure: BaseException | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
         self.flushes = 0
 
     def mark_dirty(self, stream: Flushable) -> None:
-        self._dirty[stream] = None
-        self._wakeup.set()
+        mark = stream.store.last_index()
+        with self._cond:
+            self._dirty[stream] = mark
+            self._cond.notify()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the flusher thread until `stop()` has flushed everything; a sync error is
+        raised here, so it stops the node (nothing can be acknowledged after it)."""
+        self._token = trio.lowlevel.current_trio_token()
+        thread = threading.Thread(target=self._thread_main, name="vdl-flusher", daemon=True)
+        thread.start()
         task_status.started()
-        while True:
-            await self._wakeup.wait()
-            self._wakeup = trio.Event()
-            if self._dirty:
-                await self._flush_once()
-            if self._closing and not self._dirty:
-                return
-
-    async def _flush_once(self) -> None:
-        async with self._sync_lock:
-            streams = list(self._dirty)
-            self._dirty.clear()
-            marks = [stream.store.last_index() for stream in streams]
-            # A failing fdatasync leaves the page cache state unknown: nothing can be
-            # acknowledged any more, so the error propagates and stops the node.
-            await trio.to_thread.run_sync(_sync_all, [s.store for s in streams])
-            self.flushes += 1
-        for stream, index in zip(streams, marks, strict=True):
-            stream.on_durable(index)
+        try:
+            await self._ended.wait()
+        finally:
+            if not self._ended.is_set():
+                # Cancelled: the thread finishes the round it is in and ends without more.
+                with self._cond:
+                    self._abort = True
+                    self._cond.notify()
+                with trio.CancelScope(shield=True):
+                    await self._ended.wait()
+        thread.join()  # it has posted its last callback: only its return is left
+        if self._failure is not None:
+            raise self._failure
 
     async def release(self, stream: Flushable) -> None:
         """Wait until no sync of this stream is in flight and forget it (before closing it)."""
-        async with self._sync_lock:
-            self._dirty.pop(stream, None)
+        while True:
+            with self._cond:
+                self._dirty.pop(stream, None)
+                busy = stream in self._round
+            if not busy or self._ended.is_set():
+                return
+            await self._round_done.wait()
 
     def stop(self) -> None:
         """Finish flushing what is dirty, then let run() return."""
-        self._closing = True
-        self._wakeup.set()
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+
+    # -- the flusher thread ----------------------------------------------------------------
+
+    def _thread_main(self) -> None:
+        token = self._token
+        assert token is not None
+        try:
+            while True:
+                with self._cond:
+                    while not (self._dirty or self._closing or self._abort):
+                        self._cond.wait()
+                    if self._abort or not self._dirty:
+                        break
+                    marks, self._dirty = self._dirty, {}
+                    self._round = frozenset(marks)
+                try:
+                    for stream in marks:
+                        stream.store.sync()
+                finally:
+                    with self._cond:
+                        self._round = frozenset()
+                token.run_sync_soon(self._round_ended, marks)
+        except BaseException as exc:
+            token.run_sync_soon(self._end, exc)
+        else:
+            token.run_sync_soon(self._end, None)
+
+    # -- callbacks on the Trio thread ---------------------------------------------------------
+
+    def _round_ended(self, marks: dict[Flushable, int]) -> None:
+        self.flushes += 1
+        self._round_done.set()
+        self._round_done = trio.Event()
+        try:
+            for stream, index in marks.items():
+                stream.on_durable(index)
+        except Exception as exc:
+            # An exception escaping a run_sync_soon callback would crash Trio itself: end
+            # the flusher instead and let run() raise it.
+            self._failure = exc
+            with self._cond:
+                self._abort = True
+                self._cond.notify()
+
+    def _end(self, failure: BaseException | None) -> None:
+        if failure is not None:
+            log.critical("log flush failed, nothing more can be acknowledged: %s", failure)
+            self._failure = failure
+        self._round_done.set()
+        self._ended.set()

@@ -19,6 +19,7 @@ import struct
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Literal, overload
 
 import crc32c as _crc32c
 
@@ -231,20 +232,49 @@ def validate_produced_batch(
     return info
 
 
+@overload
 def assign_offsets(
     records: memoryview | bytes | bytearray,
     base_offset: int,
     leader_epoch: int,
     log_append_time_ms: int | None = None,
-) -> bytearray:
-    """Return a copy of the batch stamped with its log position.
+    *,
+    in_place: Literal[False] = False,
+) -> bytearray: ...
+
+
+@overload
+def assign_offsets(
+    records: memoryview | bytes | bytearray,
+    base_offset: int,
+    leader_epoch: int,
+    log_append_time_ms: int | None = None,
+    *,
+    in_place: bool,
+) -> bytearray | memoryview: ...
+
+
+def assign_offsets(
+    records: memoryview | bytes | bytearray,
+    base_offset: int,
+    leader_epoch: int,
+    log_append_time_ms: int | None = None,
+    *,
+    in_place: bool = False,
+) -> bytearray | memoryview:
+    """Return the batch stamped with its log position: a copy, or with ``in_place`` (the
+    caller owns a writable ``records`` and gives it up) ``records`` itself, stamped.
 
     baseOffset and partitionLeaderEpoch lie outside the CRC, so the CRC is
     only recomputed when LogAppendTime changes attributes and maxTimestamp.
     """
     if len(records) < BATCH_HEADER_SIZE:
         raise InvalidBatch(ErrorCode.CORRUPT_MESSAGE, "batch shorter than its header")
-    out = bytearray(records)
+    out: bytearray | memoryview
+    if in_place and not isinstance(records, bytes) and not memoryview(records).readonly:
+        out = records
+    else:
+        out = bytearray(records)
     struct.pack_into(">q", out, 0, base_offset)
     struct.pack_into(">i", out, 12, leader_epoch)
     if log_append_time_ms is not None:

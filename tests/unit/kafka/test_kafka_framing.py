@@ -96,3 +96,53 @@ def test_frame_prefixes_total_size() -> None:
     out = frame(parts)
     assert b"".join(out) == struct.pack(">i", 5) + b"abcde"
     assert out[1:] == parts
+
+
+def test_large_frame_is_received_into_its_own_buffer() -> None:
+    payload = bytes(range(256)) * 4096  # 1 MiB
+    stream = framed(payload) + framed(b"next")
+    dec = FrameDecoder(2 << 20)
+    assert dec.feed(stream[:65536]) == []  # starts the frame's own buffer
+    got: list[memoryview] = []
+    at = 65536
+    while (target := dec.direct_buffer()) is not None:
+        n = min(len(target), 100_000)
+        target[:n] = stream[at : at + n]  # what recv_into does
+        at += n
+        got.extend(dec.direct_received(n))
+    assert len(got) == 1 and got[0] == payload
+    assert not got[0].readonly  # owned by this frame alone: may be modified in place
+    assert [bytes(f) for f in dec.feed(stream[at:])] == [b"next"]
+    assert dec.buffered == 0
+
+
+def test_frames_sharing_a_chunk_are_read_only() -> None:
+    out = FrameDecoder(1 << 20).feed(framed(b"a" * 70_000) + framed(b"b"))
+    assert [len(f) for f in out] == [70_000, 1]
+    assert all(f.readonly for f in out)
+    assert FrameDecoder(1 << 20).direct_buffer() is None
+
+
+def test_feed_completes_a_frame_collected_in_its_own_buffer() -> None:
+    payload = b"z" * 100_000
+    stream = framed(payload) + framed(b"tail")
+    dec = FrameDecoder(1 << 20)
+    assert dec.feed(stream[:1000]) == []
+    out = dec.feed(bytearray(stream[1000:]))
+    assert [bytes(f) for f in out] == [payload, b"tail"]
+    assert not out[0].readonly
+
+
+def test_an_announced_huge_frame_is_not_allocated_before_it_arrives() -> None:
+    dec = FrameDecoder(100 << 20)
+    assert dec.feed(struct.pack(">i", 50 << 20) + b"x" * 1000) == []
+    assert dec.direct_buffer() is None  # 50 MiB promised, 1000 bytes sent
+    assert dec.feed(b"x" * (26 << 20)) == []
+    target = dec.direct_buffer()  # over half has arrived: the rest goes direct
+    assert target is not None and len(target) == (50 << 20) - 1000 - (26 << 20)
+
+
+def test_direct_received_checks_its_count() -> None:
+    dec = FrameDecoder(1 << 20)
+    with pytest.raises(ValueError):
+        dec.direct_received(1)

@@ -260,3 +260,16 @@ def test_size_limit() -> None:
     batch = kp_build(RECORDS)
     assert code_of(batch, limit=len(batch) - 1) == ErrorCode.MESSAGE_TOO_LARGE
     validate_produced_batch(memoryview(batch), max_batch_bytes=len(batch), allow_zstd=False)
+
+
+def test_assign_offsets_in_place_stamps_a_writable_buffer() -> None:
+    frame = bytearray(b"head") + bytearray(build_batch([Record(None, b"v", 1_000, [])]))
+    view = memoryview(frame)[4:]
+    out = assign_offsets(view, 77, 5, in_place=True)
+    assert out is view
+    info = parse_batch_header(frame[4:])
+    assert (info.base_offset, info.partition_leader_epoch) == (77, 5)
+    readonly = memoryview(bytes(frame))[4:]
+    copied = assign_offsets(readonly, 99, 5, in_place=True)
+    assert copied is not readonly and parse_batch_header(copied).base_offset == 99
+    assert parse_batch_header(readonly).base_offset == 77  # a shared buffer is not touched

@@ -29,18 +29,16 @@ MAX_PAYLOAD = 0xFFFF_FFFF
 _VALID_TYPES = frozenset(int(t) for t in EntryType)
 
 
-def append_entry(
-    buf: bytearray, term: int, index: int, kind: int, payload: bytes | bytearray | memoryview
-) -> None:
-    """Encode one entry onto the end of `buf` (the caller's write buffer)."""
+def encode_header(
+    term: int, index: int, kind: int, payload: bytes | bytearray | memoryview
+) -> bytes:
+    """The header of one entry, CRC included; the payload is written after it as is (the
+    write gathers both, so a batch of MiBs is never copied into a write buffer)."""
     length = len(payload)
     if length > MAX_PAYLOAD:
         raise ValueError(f"entry {index}: payload of {length} bytes does not fit a u32 length")
     rest = _AFTER_CRC.pack(length, term, index, kind)
-    crc = crc32c(payload, crc32c(rest))
-    buf += _CRC.pack(crc)
-    buf += rest
-    buf += payload
+    return _CRC.pack(crc32c(payload, crc32c(rest))) + rest
 
 
 def entry_is_intact(buf: bytes | bytearray | memoryview, at: int, length: int) -> bool:

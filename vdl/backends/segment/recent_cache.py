@@ -5,6 +5,11 @@ The cache always holds a contiguous run of indexes ending at the last appended e
 "is index i cached" is one comparison. It keeps the caller's Entry objects (no copies);
 its budget counts payload bytes plus a fixed per-entry overhead, so a run of empty NOOP
 entries is bounded too.
+
+The cache is also the only copy of entries appended but not yet written to their segment
+file (the flusher writes them): those are never evicted, whatever the budget, so every
+stored entry is always readable from the cache or from a file. The store says how far
+entries are written (`written_through`); only entries up to there count as evictable.
 """
 
 from __future__ import annotations
@@ -31,20 +36,26 @@ class RecentCache:
     def get(self, index: int) -> Entry | None:
         return self._entries.get(index)
 
-    def add(self, entries: Sequence[Entry]) -> None:
+    def add(self, entries: Sequence[Entry], written_through: int) -> None:
         if not entries:
             return
-        if self._max_bytes <= 0:
-            self.clear(entries[-1].index + 1)
-            return
         if entries[0].index != self._next:
+            # The store appends contiguously, so a gap means nothing cached is unwritten;
+            # forgetting an unwritten entry would lose it, hence the check.
+            if self._first < self._next and self._next - 1 > written_through:
+                raise ValueError(f"unwritten entries cached before {entries[0].index}")
             self.clear(entries[0].index)
         cached = self._entries
         for entry in entries:
             cached[entry.index] = entry
             self._bytes += len(entry.payload) + _PER_ENTRY_OVERHEAD
         self._next = entries[-1].index + 1
-        while self._bytes > self._max_bytes and self._first < self._next:
+        self.trim(written_through)
+
+    def trim(self, written_through: int) -> None:
+        """Evict the oldest entries over budget, as far as they are written."""
+        limit = min(written_through + 1, self._next)
+        while self._bytes > self._max_bytes and self._first < limit:
             self._drop_oldest()
 
     def truncate_from(self, index: int) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from vdl.backends.api import CorruptionError, StorageError
 from vdl.backends.segment import log_index, raft_index
-from vdl.backends.segment.file_io import pread_all, pwrite_all
+from vdl.backends.segment.file_io import pread_all
 from vdl.backends.segment.log_index import LogIndex
 from vdl.backends.segment.raft_index import RaftIndex
 
@@ -63,7 +63,9 @@ class Segment:
         self.first_index = first_index
         self.start_offset = start_offset
         self.fd = fd
-        self.size = size  # bytes of whole entries; the file is never longer once recovered
+        # Bytes of whole entries, counting those appended but still queued for the flusher
+        # to write: the file may be shorter than this, never longer once recovered.
+        self.size = size
         self.raft = raft
         self.log = log
         self._newest_timestamp: int | None = None  # cached once the segment is closed
@@ -100,11 +102,13 @@ class Segment:
 
     # -- I/O -------------------------------------------------------------------------
 
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        if self.size + len(data) > MAX_SEGMENT_BYTES:
+    def reserve(self, n: int) -> int:
+        """Claim the next `n` bytes for an entry written later; return their position."""
+        if self.size + n > MAX_SEGMENT_BYTES:
             raise StorageError(f"segment {self.stem} would exceed 4 GiB")
-        pwrite_all(self.fd, data, self.size)
-        self.size += len(data)
+        position = self.size
+        self.size += n
+        return position
 
     def read(self, position: int, n: int) -> bytes:
         data = pread_all(self.fd, n, position)
@@ -141,7 +145,9 @@ class Segment:
         keep_bytes = self.position_of(index)
         self.raft.truncate_from(index)
         self.log.truncate_from(index)
-        os.ftruncate(self.fd, keep_bytes)
+        # Entries still queued may not have reached the file: cutting must not lengthen it.
+        if os.fstat(self.fd).st_size > keep_bytes:
+            os.ftruncate(self.fd, keep_bytes)
         self.size = keep_bytes
         self._newest_timestamp = None
 

@@ -3,19 +3,25 @@
 Layout of a stream directory and the file formats: `segment.py` (names), `entry_codec.py`
 (log entries), `raft_index.py` and `log_index.py` (the two fixed-width indexes).
 
-Write path: one append() encodes all its entries into one buffer and issues one pwrite per
-segment it touches (one, unless it rolls). Index records are appended in memory and reach
+Write path: append() does no I/O. It places each entry after the previous one (rolling to a
+new segment as needed), encodes its header and CRC, records it in the in-memory indexes and
+the recent-entries cache, and queues header + payload; `sync()`, which the flusher runs in
+its own thread, writes everything queued with gathered writes (`pwritev`, no copy of the
+payload) and then fdatasyncs (`durability.py`). Until written, an entry is served from the
+cache, which never evicts unwritten entries. Index records are appended in memory and reach
 their files only once the entries they describe are durable (see `_flush_indexes`), so after
 a crash an index is at worst behind the log, never ahead of what survived; recovery
 (`recovery.py`) re-verifies and re-indexes only the unindexed tail. Indexes are therefore
 never fdatasync'ed: they cost no extra flush on the commit path and can always be rebuilt.
+Recovery is unaffected by the deferred writes: what no sync covered may be lost in a crash,
+exactly as before, and it was never acknowledged.
 
 Read path: entries still in the recent-entries cache come from memory; older ones are read
 with one pread per run of entries in a segment, located arithmetically through the raft
 index (by Raft index) or by binary search of the log index (by offset), and CRC-checked.
 
-Threads: everything runs on the owning thread except `sync()`, whose shared state is
-confined to `SyncTracker` (`durability.py`).
+Threads: everything runs on the owning thread except `sync()`, whose shared state (the
+write queue among it) is confined to `SyncTracker` (`durability.py`).
 """
 
 from __future__ import annotations
@@ -33,8 +39,8 @@ from vdl.backends.api import (
     StorageError,
     batch_offsets,
 )
-from vdl.backends.segment.durability import SyncTracker
-from vdl.backends.segment.entry_codec import HEADER, HEADER_SIZE, append_entry, entry_is_intact
+from vdl.backends.segment.durability import PendingWrite, SyncTracker
+from vdl.backends.segment.entry_codec import HEADER, HEADER_SIZE, encode_header, entry_is_intact
 from vdl.backends.segment.log_index import BatchRecord
 from vdl.backends.segment.recent_cache import RecentCache
 from vdl.backends.segment.recovery import open_segments
@@ -124,13 +130,15 @@ class SegmentLogStore:
         offsets = self._check_appendable(entries)
         first = entries[0].index
         try:
-            written_fds = self._write(entries, offsets)
+            writes = self._encode(entries, offsets)
         except BaseException:
-            # Undo the partial append so memory, indexes and files agree again.
+            # Undo the partial append (a failed roll) so memory, indexes and files agree.
             self._truncate(first)
             raise
-        self._tracker.written(written_fds, entries[-1].index)
-        self._cache.add(entries)
+        # From here the entries are readable from the cache until the flusher wrote them.
+        written = self._tracker.written_index
+        self._tracker.queue(writes, entries[-1].index)
+        self._cache.add(entries, written)
         self._flush_indexes()
 
     def _check_appendable(self, entries: Sequence[Entry]) -> list[tuple[int, int] | None]:
@@ -161,25 +169,26 @@ class SegmentLogStore:
                 raise StorageError(f"entry {entry.index}: payload too large")
         return offsets
 
-    def _write(self, entries: Sequence[Entry], offsets: list[tuple[int, int] | None]) -> list[int]:
-        """Encode and write `entries`, rolling as needed; return the data fds written."""
+    def _encode(
+        self, entries: Sequence[Entry], offsets: list[tuple[int, int] | None]
+    ) -> list[PendingWrite]:
+        """Place and encode `entries`, rolling as needed, and index them in memory; return
+        their writes for the flusher. Nothing is written here: this runs on the event loop."""
         active = self._segments.active
         roll_at = min(self._options.segment_bytes, MAX_SEGMENT_BYTES)
-        buf = bytearray()
-        written_fds: list[int] = []
+        writes: list[PendingWrite] = []
         no_data_yet = self._first_offset == self._next_offset  # an empty offset range
         for entry, batch in zip(entries, offsets, strict=True):
             payload = entry.payload
-            position = active.size + len(buf)
             entry_bytes = HEADER_SIZE + len(payload)
             if active.raft.count and (
-                position >= roll_at or position + entry_bytes > MAX_SEGMENT_BYTES
+                active.size >= roll_at or active.size + entry_bytes > MAX_SEGMENT_BYTES
             ):
-                self._write_out(active, buf, written_fds)
-                buf = bytearray()
                 active = self._roll(entry.index)
-                position = 0
             kind = int(entry.type)
+            header = encode_header(entry.term, entry.index, kind, payload)
+            position = active.reserve(entry_bytes)
+            self._size += entry_bytes
             if batch is not None:
                 first, last = batch
                 active.log.append(
@@ -189,15 +198,8 @@ class SegmentLogStore:
                 if no_data_yet:
                     self._first_offset, no_data_yet = first, False
             active.raft.append(entry.term, position, kind)
-            append_entry(buf, entry.term, entry.index, kind, payload)
-        self._write_out(active, buf, written_fds)
-        return written_fds
-
-    def _write_out(self, segment: Segment, buf: bytearray, written_fds: list[int]) -> None:
-        if buf:
-            segment.write(buf)
-            self._size += len(buf)
-            written_fds.append(segment.fd)
+            writes.append(PendingWrite(active.fd, position, entry.index, header, payload))
+        return writes
 
     def _roll(self, first_index: int) -> Segment:
         closing = self._segments.active
@@ -215,19 +217,23 @@ class SegmentLogStore:
         segments = self._segments
         if start >= segments.active.next_index:
             return
-        removed_files = False
-        while len(segments) > 1 and segments.active.first_index >= start:
-            self._delete_segment(segments.pop_last())
-            removed_files = True
-        active = segments.active
-        if active in self._unsealed_closed:
-            self._unsealed_closed.remove(active)
-        active.unseal_indexes()  # it takes appends again
-        before = active.size
-        active.truncate_from(start)
-        self._size -= before - active.size
-        self._tracker.truncated(start - 1)
-        self._tracker.written([active.fd], start - 1)  # the shorter length must be synced
+        # A sync writing queued entries finishes first (the owner waits for at most one
+        # round of writes; truncations are rare Raft conflicts), so every removed entry is
+        # either dropped from the queue here or already in its file and cut below.
+        with self._tracker.writes_paused():
+            self._tracker.truncated(start - 1)
+            removed_files = False
+            while len(segments) > 1 and segments.active.first_index >= start:
+                self._delete_segment(segments.pop_last())
+                removed_files = True
+            active = segments.active
+            if active in self._unsealed_closed:
+                self._unsealed_closed.remove(active)
+            active.unseal_indexes()  # it takes appends again
+            before = active.size
+            active.truncate_from(start)
+            self._size -= before - active.size
+            self._tracker.cut(active.fd)  # the shorter length must be synced
         self._index_flushed = min(self._index_flushed, start - 1)
         self._cache.truncate_from(start)
         self._recompute_offsets()
@@ -343,7 +349,8 @@ class SegmentLogStore:
     # -- durability, retention, lifecycle ----------------------------------------------
 
     def sync(self) -> None:
-        """Safe to call from another thread while the owner appends (see durability.py)."""
+        """Write what is queued and make it durable; safe to call from another thread while
+        the owner appends (see durability.py)."""
         self._tracker.sync()
 
     def _flush_indexes(self, force: bool = False) -> None:
@@ -385,6 +392,7 @@ class SegmentLogStore:
             removed += oldest.raft.count
             self._delete_segment(oldest)
         if removed:
+            # Entries of the deleted segments still queued went with them (`retire`).
             self._cache.drop_before(self.first_index())
             self._recompute_offsets()
             self._tracker.directory_changed()

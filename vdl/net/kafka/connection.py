@@ -69,15 +69,26 @@ class KafkaConnection:
     async def _read_requests(
         self, nursery: trio.Nursery, send: trio.MemorySendChannel[_Slot]
     ) -> None:
+        # A large frame is received straight into its own buffer (see framing.py): no
+        # join of chunks, and the batches in it can be stamped in place and stored as is.
+        sock = self._stream.socket if isinstance(self._stream, trio.SocketStream) else None
+        decoder = self._decoder
         while True:
-            data = await self._stream.receive_some(READ_SIZE)
-            if not data:
-                return
-            try:
-                frames = self._decoder.feed(data)
-            except FrameTooLarge as exc:
-                log.warning("closing connection from %s: %s", self._peer, exc)
-                return
+            direct = decoder.direct_buffer() if sock is not None else None
+            if sock is not None and direct is not None:
+                n = await sock.recv_into(direct)
+                if not n:
+                    return
+                frames = decoder.direct_received(n)
+            else:
+                data = await self._stream.receive_some(READ_SIZE)
+                if not data:
+                    return
+                try:
+                    frames = decoder.feed(data)
+                except FrameTooLarge as exc:
+                    log.warning("closing connection from %s: %s", self._peer, exc)
+                    return
             for frame in frames:
                 pending = self._admit(frame)
                 if pending is None:
