@@ -1,0 +1,95 @@
+"""ListGroups and DescribeGroups, for admin tools."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.admin.groups import DescribeGroupsResponse, ListGroupsResponse
+
+from vdl.groups.group import Group, GroupState
+from vdl.log.error_codes import ErrorCode
+from vdl.net.kafka.apis.context import Pending, RequestContext, ready
+from vdl.net.kafka.apis.groups import group_service
+from vdl.net.kafka.control_codec import decode_request, encode_response
+
+_Described = DescribeGroupsResponse.DescribedGroup
+_DescribedMember = _Described.DescribedGroupMember
+# authorized_operations (v3+) is a bit set in kafka-python; None encodes Kafka's
+# "not requested" value (only bit 31 set, i.e. INT32_MIN).
+_NO_OPERATIONS = None
+
+
+def handle_list_groups(ctx: RequestContext) -> Pending:
+    decode_request(ctx.header, ctx.frame)
+    groups = group_service(ctx)
+    listed = [] if groups is None else groups.groups()
+    response = ListGroupsResponse(
+        throttle_time_ms=0,
+        error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE if groups is None else 0),
+        groups=[
+            ListGroupsResponse.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type or "")
+            for g in listed
+            if g.state is not GroupState.DEAD
+        ],
+        version=ctx.version,
+    )
+    return ready(encode_response(ctx.header, response))
+
+
+def _describe(group: Group | None, group_id: str) -> Any:
+    if group is None:
+        # Kafka describes an unknown group as Dead, without an error.
+        return _Described(
+            error_code=0,
+            group_id=group_id,
+            group_state=GroupState.DEAD.value,
+            protocol_type="",
+            protocol_data="",
+            members=[],
+            authorized_operations=_NO_OPERATIONS,
+        )
+    stable = group.state is GroupState.STABLE
+    protocol = group.protocol or ""
+    return _Described(
+        error_code=0,
+        group_id=group.group_id,
+        group_state=group.state.value,
+        protocol_type=group.protocol_type or "",
+        protocol_data=protocol,
+        members=[
+            # Metadata and assignments are only meaningful once the group is Stable.
+            _DescribedMember(
+                member_id=m.member_id,
+                group_instance_id=None,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                member_metadata=m.metadata_for(protocol) if stable else b"",
+                member_assignment=m.assignment if stable else b"",
+            )
+            for m in group.members.values()
+        ],
+        authorized_operations=_NO_OPERATIONS,
+    )
+
+
+def handle_describe_groups(ctx: RequestContext) -> Pending:
+    request = decode_request(ctx.header, ctx.frame)
+    groups = group_service(ctx)
+    described = []
+    for group_id in request.groups:
+        if groups is None:
+            described.append(
+                _Described(
+                    error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                    group_id=group_id,
+                    group_state="",
+                    protocol_type="",
+                    protocol_data="",
+                    members=[],
+                    authorized_operations=_NO_OPERATIONS,
+                )
+            )
+        else:
+            described.append(_describe(groups.group(group_id), group_id))
+    response = DescribeGroupsResponse(throttle_time_ms=0, groups=described, version=ctx.version)
+    return ready(encode_response(ctx.header, response))
