@@ -65,7 +65,13 @@ class ClientStream(CallIO):
             # The server already answered; like grpcio, the outcome shows up on receive().
             return
         with trio.move_on_at(self.deadline):
-            await self.send_message(message)
+            try:
+                await self.send_message(message)
+            except GrpcError:
+                # The server answered (e.g. RESOURCE_EXHAUSTED for an oversized message) and
+                # reset the stream mid-send: as above, its status is what receive() reports.
+                if not self.finished:
+                    raise
             return
         self._expire()
 

@@ -1,0 +1,5 @@
+from vdl.net.ydb.protos import ydb_discovery_pb2 as _ydb_discovery_pb2
+from google.protobuf import descriptor as _descriptor
+from typing import ClassVar as _ClassVar
+
+DESCRIPTOR: _descriptor.FileDescriptor

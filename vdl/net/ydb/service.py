@@ -1,0 +1,183 @@
+"""The YDB front end: every YDB service of a node, registered on one :class:`GrpcServer`.
+
+Method paths come from the service descriptors of our own ``*_v1.proto`` files, so a typo
+cannot silently make a method UNIMPLEMENTED (which the SDK retries forever).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import trio
+from google.protobuf.message import Message
+
+from vdl.backends.api import MetaStore
+from vdl.broker.broker import Broker
+from vdl.groups.offsets import OffsetStore
+from vdl.net.grpc import GrpcServer, ServerContext, ServerStream
+from vdl.net.ydb.auth import Authenticator, TokenSigner
+from vdl.net.ydb.discovery import DiscoveryService, Endpoint
+from vdl.net.ydb.offsets import ConsumerOffsets
+from vdl.net.ydb.operation import unary
+from vdl.net.ydb.protos import (
+    ydb_auth_pb2,
+    ydb_auth_v1_pb2,
+    ydb_discovery_pb2,
+    ydb_discovery_v1_pb2,
+    ydb_scheme_pb2,
+    ydb_scheme_v1_pb2,
+    ydb_topic_pb2,
+    ydb_topic_v1_pb2,
+)
+from vdl.net.ydb.scheme import SchemeService
+from vdl.net.ydb.topic_admin import TopicAdmin
+from vdl.net.ydb.topic_read import ReadService
+from vdl.net.ydb.topic_write import WriteSession
+
+
+def method_path(module: Any, service: str, method: str) -> str:
+    descriptor = module.DESCRIPTOR.services_by_name[service]
+    if method not in descriptor.methods_by_name:
+        raise KeyError(f"{descriptor.full_name} has no method {method}")
+    return f"/{descriptor.full_name}/{method}"
+
+
+class YdbFrontEnd:
+    def __init__(
+        self,
+        broker: Broker,
+        offset_store: OffsetStore,
+        meta: MetaStore,
+        *,
+        database: str,
+        node_id: int,
+        users: Mapping[str, str] | None,
+        clock_ms: Callable[[], int],
+    ) -> None:
+        self.database = database
+        self.node_id = node_id
+        # Set when the node stops: stream sessions drain and ask their clients to reconnect.
+        self.stopping = trio.Event()
+        self.auth = Authenticator(users, TokenSigner.from_meta(meta), clock_ms)
+        self.offsets = ConsumerOffsets(offset_store, clock_ms)
+        self._broker = broker
+        self._clock_ms = clock_ms
+        self.admin = TopicAdmin(
+            broker, self.offsets, database, node_id, lambda name: self.read.topic_changed(name)
+        )
+        self.scheme = SchemeService(broker, database)
+        self.read = ReadService(broker, self.admin, self.auth, self.offsets, self.stopping)
+        self.discovery = DiscoveryService(
+            database, Endpoint("127.0.0.1", 0, False, node_id), self.auth
+        )
+
+    def set_endpoint(self, host: str, port: int, ssl: bool) -> None:
+        """What ListEndpoints returns: known once the listener is bound."""
+        self.discovery = DiscoveryService(
+            self.database, Endpoint(host, port, ssl, self.node_id), self.auth
+        )
+
+    def stop_streams(self) -> None:
+        self.stopping.set()
+
+    def register(self, server: GrpcServer) -> None:
+        authorize = self.auth.authorize if self.auth.enabled else None
+        topic = ydb_topic_pb2
+
+        def add(
+            module: Any,
+            service: str,
+            method: str,
+            request: type[Message],
+            response: type[Message],
+            handler: Any,
+            *,
+            auth: bool = True,
+        ) -> None:
+            server.add_unary(
+                method_path(module, service, method),
+                unary(request, response, handler, authorize if auth else None),
+            )
+
+        add(
+            ydb_auth_v1_pb2,
+            "AuthService",
+            "Login",
+            ydb_auth_pb2.LoginRequest,
+            ydb_auth_pb2.LoginResponse,
+            self.auth.handle_login,
+            auth=False,
+        )
+        add(
+            ydb_discovery_v1_pb2,
+            "DiscoveryService",
+            "ListEndpoints",
+            ydb_discovery_pb2.ListEndpointsRequest,
+            ydb_discovery_pb2.ListEndpointsResponse,
+            lambda r, c: self.discovery.list_endpoints(r, c),
+        )
+        add(
+            ydb_discovery_v1_pb2,
+            "DiscoveryService",
+            "WhoAmI",
+            ydb_discovery_pb2.WhoAmIRequest,
+            ydb_discovery_pb2.WhoAmIResponse,
+            lambda r, c: self.discovery.who_am_i(r, c),
+        )
+        add(
+            ydb_scheme_v1_pb2,
+            "SchemeService",
+            "ListDirectory",
+            ydb_scheme_pb2.ListDirectoryRequest,
+            ydb_scheme_pb2.ListDirectoryResponse,
+            self.scheme.list_directory,
+        )
+        admin = self.admin
+        for method, request, response, handler in (
+            (
+                "CreateTopic",
+                topic.CreateTopicRequest,
+                topic.CreateTopicResponse,
+                admin.create_topic,
+            ),
+            (
+                "DescribeTopic",
+                topic.DescribeTopicRequest,
+                topic.DescribeTopicResponse,
+                admin.describe_topic,
+            ),
+            (
+                "DescribeConsumer",
+                topic.DescribeConsumerRequest,
+                topic.DescribeConsumerResponse,
+                admin.describe_consumer,
+            ),
+            ("AlterTopic", topic.AlterTopicRequest, topic.AlterTopicResponse, admin.alter_topic),
+            ("DropTopic", topic.DropTopicRequest, topic.DropTopicResponse, admin.drop_topic),
+            (
+                "CommitOffset",
+                topic.CommitOffsetRequest,
+                topic.CommitOffsetResponse,
+                admin.commit_offset,
+            ),
+            (
+                "UpdateOffsetsInTransaction",
+                topic.UpdateOffsetsInTransactionRequest,
+                topic.UpdateOffsetsInTransactionResponse,
+                admin.update_offsets_in_transaction,
+            ),
+        ):
+            add(ydb_topic_v1_pb2, "TopicService", method, request, response, handler)
+        server.add_stream(
+            method_path(ydb_topic_v1_pb2, "TopicService", "StreamWrite"), self._stream_write
+        )
+        server.add_stream(
+            method_path(ydb_topic_v1_pb2, "TopicService", "StreamRead"), self.read.handle
+        )
+
+    async def _stream_write(self, stream: ServerStream, context: ServerContext) -> None:
+        session = WriteSession(
+            self._broker, self.admin, self.auth, self._clock_ms, self.stopping, stream, context
+        )
+        await session.run()

@@ -1,0 +1,294 @@
+"""``Ydb.Topic.V1`` control plane: Create/Describe/Alter/Drop topic, DescribeConsumer,
+CommitOffset (and UpdateOffsetsInTransaction, answered UNSUPPORTED).
+
+A YDB topic is a VDL topic; its consumers and codec list are stored with it (see
+``vdl.broker.topics``). Retention maps onto the Kafka topic settings ``retention.ms`` and
+``retention.bytes``; write-speed and metering settings are accepted and not enforced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from vdl.broker.broker import Broker
+from vdl.broker.topics import Topic, TopicConsumer
+from vdl.net.grpc import ServerContext
+from vdl.net.ydb.offsets import ConsumerOffsets
+from vdl.net.ydb.operation import StatusIds, YdbError
+from vdl.net.ydb.paths import topic_name, topic_path
+from vdl.net.ydb.protos import ydb_scheme_pb2, ydb_topic_pb2
+
+CODEC_RAW = 1
+CODEC_GZIP = 2
+# What the write path can decode; other codecs cannot be stored as Kafka records.
+SERVED_CODECS = (CODEC_RAW, CODEC_GZIP)
+_MIB = 1024 * 1024
+_AUTO_PARTITIONING_OFF = (0, 1)  # UNSPECIFIED, DISABLED
+
+
+def duration_ms(duration: Any) -> int:
+    return int(duration.seconds) * 1000 + int(duration.nanos) // 1_000_000
+
+
+def _check_codecs(codecs: Iterable[int]) -> tuple[int, ...]:
+    result = tuple(dict.fromkeys(int(c) for c in codecs))
+    for codec in result:
+        if codec not in SERVED_CODECS:
+            raise YdbError(
+                StatusIds.BAD_REQUEST,
+                f"codec {codec} is not supported; use RAW (1) or GZIP (2)",
+            )
+    return result
+
+
+def _consumer_from_proto(message: Any) -> TopicConsumer:
+    if not message.name:
+        raise YdbError(StatusIds.BAD_REQUEST, "a consumer needs a name")
+    read_from = 0
+    if message.HasField("read_from"):
+        read_from = message.read_from.seconds * 1000 + message.read_from.nanos // 1_000_000
+    return TopicConsumer(
+        message.name,
+        message.important,
+        read_from,
+        _check_codecs(message.supported_codecs.codecs),
+        dict(message.attributes),
+    )
+
+
+def _consumer_to_proto(consumer: TopicConsumer) -> Any:
+    message = ydb_topic_pb2.Consumer(
+        name=consumer.name,
+        important=consumer.important,
+        supported_codecs=ydb_topic_pb2.SupportedCodecs(codecs=list(consumer.codecs)),
+        attributes=consumer.attributes,
+    )
+    if consumer.read_from_ms:
+        message.read_from.FromMilliseconds(consumer.read_from_ms)
+    return message
+
+
+def _retention_configs(configs: dict[str, str], period: Any | None, storage_mb: int | None) -> None:
+    if period is not None:
+        configs["retention.ms"] = str(duration_ms(period))
+    if storage_mb is not None:
+        configs["retention.bytes"] = str(storage_mb * _MIB) if storage_mb > 0 else "-1"
+
+
+class TopicAdmin:
+    def __init__(
+        self,
+        broker: Broker,
+        offsets: ConsumerOffsets,
+        database: str,
+        node_id: int,
+        on_topic_changed: Callable[[str], None],
+    ) -> None:
+        self._broker = broker
+        self._offsets = offsets
+        self._database = database
+        self._node_id = node_id
+        # Tells live read sessions that consumers or the topic itself changed.
+        self._on_topic_changed = on_topic_changed
+
+    def topic(self, path: str) -> Topic:
+        """The topic a path names; SCHEME_ERROR when it does not exist."""
+        name = topic_name(path, self._database)
+        topic = self._broker.catalog.get(name)
+        if topic is None:
+            raise YdbError(StatusIds.SCHEME_ERROR, f"topic {path!r} does not exist")
+        return topic
+
+    async def create_topic(self, request: Any, context: ServerContext) -> Any:
+        name = topic_name(request.path, self._database)
+        settings = request.partitioning_settings
+        partitions = int(settings.min_active_partitions) or 1
+        if settings.auto_partitioning_settings.strategy not in _AUTO_PARTITIONING_OFF:
+            raise YdbError(StatusIds.BAD_REQUEST, "auto-partitioning is not supported")
+        configs: dict[str, str] = {}
+        _retention_configs(
+            configs,
+            request.retention_period if request.HasField("retention_period") else None,
+            int(request.retention_storage_mb) or None,
+        )
+        consumers = [_consumer_from_proto(c) for c in request.consumers]
+        self._broker.create_topic(
+            name,
+            partitions,
+            configs,
+            consumers=consumers,
+            supported_codecs=_check_codecs(request.supported_codecs.codecs),
+            attributes=dict(request.attributes),
+        )
+        return ydb_topic_pb2.CreateTopicResult()
+
+    def _partition_stats(self, topic: Topic, partition: int) -> Any:
+        stream = self._broker.stream(topic.name, partition)
+        return ydb_topic_pb2.PartitionStats(
+            partition_offsets=ydb_topic_pb2.OffsetsRange(
+                start=stream.log_start_offset, end=stream.high_watermark
+            ),
+            store_size_bytes=stream.store.size_bytes(),
+            partition_node_id=self._node_id,
+        )
+
+    def _entry(self, name: str) -> Any:
+        return ydb_scheme_pb2.Entry(name=name, owner="", type=ydb_scheme_pb2.Entry.TOPIC)
+
+    async def describe_topic(self, request: Any, context: ServerContext) -> Any:
+        topic = self.topic(request.path)
+        result = ydb_topic_pb2.DescribeTopicResult(
+            self=self._entry(topic.name),
+            partitioning_settings=ydb_topic_pb2.PartitioningSettings(
+                min_active_partitions=topic.partitions,
+                max_active_partitions=topic.partitions,
+                partition_count_limit=topic.partitions,
+                auto_partitioning_settings=ydb_topic_pb2.AutoPartitioningSettings(
+                    strategy=ydb_topic_pb2.AUTO_PARTITIONING_STRATEGY_DISABLED
+                ),
+            ),
+            supported_codecs=ydb_topic_pb2.SupportedCodecs(codecs=list(topic.supported_codecs)),
+            attributes=topic.attributes,
+            consumers=[_consumer_to_proto(c) for c in topic.consumers],
+        )
+        retention_ms = int(self._broker.topic_config(topic, "retention.ms"))
+        if retention_ms >= 0:
+            result.retention_period.FromMilliseconds(retention_ms)
+        retention_bytes = int(self._broker.topic_config(topic, "retention.bytes"))
+        if retention_bytes > 0:
+            result.retention_storage_mb = max(1, retention_bytes // _MIB)
+        total = 0
+        for partition in range(topic.partitions):
+            info = result.partitions.add(partition_id=partition, active=True)
+            if request.include_stats:
+                info.partition_stats.CopyFrom(self._partition_stats(topic, partition))
+                total += info.partition_stats.store_size_bytes
+        if request.include_stats:
+            result.topic_stats.store_size_bytes = total
+        return result
+
+    async def describe_consumer(self, request: Any, context: ServerContext) -> Any:
+        topic = self.topic(request.path)
+        consumer = topic.consumer(request.consumer)
+        if consumer is None:
+            raise YdbError(
+                StatusIds.SCHEME_ERROR,
+                f"consumer {request.consumer!r} is not registered with topic {request.path!r}",
+            )
+        result = ydb_topic_pb2.DescribeConsumerResult(
+            self=self._entry(f"{topic.name}/{consumer.name}"),
+            consumer=_consumer_to_proto(consumer),
+        )
+        for partition in range(topic.partitions):
+            info = result.partitions.add(partition_id=partition, active=True)
+            if request.include_stats:
+                info.partition_stats.CopyFrom(self._partition_stats(topic, partition))
+                committed = self._offsets.committed(consumer.name, topic.name, partition) or 0
+                info.partition_consumer_stats.committed_offset = committed
+                info.partition_consumer_stats.last_read_offset = committed
+        return result
+
+    async def alter_topic(self, request: Any, context: ServerContext) -> Any:
+        topic = self.topic(request.path)
+        alter = request.alter_partitioning_settings
+        for field in ("set_min_active_partitions", "set_max_active_partitions"):
+            if alter.HasField(field) and getattr(alter, field) not in (0, topic.partitions):
+                raise YdbError(
+                    StatusIds.BAD_REQUEST, "changing the number of partitions is not supported"
+                )
+        configs = dict(topic.configs)
+        _retention_configs(
+            configs,
+            request.set_retention_period if request.HasField("set_retention_period") else None,
+            (
+                int(request.set_retention_storage_mb)
+                if request.HasField("set_retention_storage_mb")
+                else None
+            ),
+        )
+        codecs = topic.supported_codecs
+        if request.HasField("set_supported_codecs"):
+            codecs = _check_codecs(request.set_supported_codecs.codecs)
+        attributes = dict(topic.attributes)
+        for key, value in request.alter_attributes.items():
+            if value:
+                attributes[key] = value
+            else:
+                attributes.pop(key, None)
+        consumers = {c.name: c for c in topic.consumers}
+        for name in request.drop_consumers:
+            if consumers.pop(name, None) is None:
+                raise YdbError(StatusIds.BAD_REQUEST, f"cannot drop unknown consumer {name!r}")
+        for added in request.add_consumers:
+            consumer = _consumer_from_proto(added)
+            if consumer.name in consumers:
+                raise YdbError(StatusIds.BAD_REQUEST, f"consumer {consumer.name!r} already exists")
+            consumers[consumer.name] = consumer
+        for change in request.alter_consumers:
+            current = consumers.get(change.name)
+            if current is None:
+                raise YdbError(
+                    StatusIds.BAD_REQUEST, f"cannot alter unknown consumer {change.name!r}"
+                )
+            consumers[change.name] = _alter_consumer(current, change)
+        self._broker.update_topic(
+            dataclasses.replace(
+                topic,
+                configs=configs,
+                supported_codecs=codecs,
+                attributes=attributes,
+                consumers=tuple(consumers.values()),
+            )
+        )
+        self._on_topic_changed(topic.name)
+        return ydb_topic_pb2.AlterTopicResult()
+
+    async def drop_topic(self, request: Any, context: ServerContext) -> Any:
+        topic = self.topic(request.path)
+        self._on_topic_changed(topic.name)
+        await self._broker.delete_topic(topic.name)
+        return ydb_topic_pb2.DropTopicResult()
+
+    async def commit_offset(self, request: Any, context: ServerContext) -> Any:
+        topic = self.topic(request.path)
+        if topic.consumer(request.consumer) is None:
+            raise YdbError(
+                StatusIds.SCHEME_ERROR,
+                f"consumer {request.consumer!r} is not registered with topic {request.path!r}",
+            )
+        if not 0 <= request.partition_id < topic.partitions:
+            raise YdbError(StatusIds.BAD_REQUEST, f"no partition {request.partition_id}")
+        stream = self._broker.stream(topic.name, request.partition_id)
+        if not 0 <= request.offset <= stream.high_watermark:
+            raise YdbError(
+                StatusIds.BAD_REQUEST,
+                f"offset {request.offset} is beyond the end of partition "
+                f"{request.partition_id} ({stream.high_watermark})",
+            )
+        self._offsets.commit(request.consumer, topic.name, request.partition_id, request.offset)
+        return ydb_topic_pb2.CommitOffsetResult()
+
+    async def update_offsets_in_transaction(self, request: Any, context: ServerContext) -> Any:
+        raise YdbError(StatusIds.UNSUPPORTED, "transactions are not supported")
+
+    def path_of(self, topic: Topic) -> str:
+        return topic_path(topic.name, self._database)
+
+
+def _alter_consumer(current: TopicConsumer, change: Any) -> TopicConsumer:
+    important = change.set_important if change.HasField("set_important") else current.important
+    read_from = current.read_from_ms
+    if change.HasField("set_read_from"):
+        read_from = change.set_read_from.seconds * 1000 + change.set_read_from.nanos // 1_000_000
+    codecs = current.codecs
+    if change.HasField("set_supported_codecs"):
+        codecs = _check_codecs(change.set_supported_codecs.codecs)
+    attributes = dict(current.attributes)
+    for key, value in change.alter_attributes.items():
+        if value:
+            attributes[key] = value
+        else:
+            attributes.pop(key, None)
+    return TopicConsumer(current.name, important, read_from, codecs, attributes)

@@ -1,0 +1,452 @@
+"""``Ydb.Topic.V1/StreamRead``: one read session per call, for one consumer.
+
+Partitions are handed out by the :class:`ReadCoordinator` among every live session of the
+consumer; a session tells its client ``start_partition_session`` for each partition it
+acquires (at the consumer's committed offset) and ``stop_partition_session`` for each it must
+give up. Data flows only for started sessions and only against the client's byte credit
+(``ReadRequest.bytes_size``); every response debits the payload bytes it carries. Commits
+(in-stream, and ``CommitOffset``) go to the offsets store shared with Kafka consumer groups
+and are answered with the partition's committed offset once durable.
+
+Records are converted by ``vdl.log.ydb_mapping``: YDB-written messages come back with their
+seq_no, producer and metadata; Kafka-written records read with that module's defaults.
+Batches are always sent with codec RAW.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from vdl.broker.broker import Broker
+from vdl.log.record_batch import InvalidBatch, UnsupportedCodec, iter_records, parse_batch_header
+from vdl.log.stream import LogStream
+from vdl.log.ydb_mapping import YdbMessage, from_record
+from vdl.net.grpc import ServerContext, ServerStream
+from vdl.net.grpc.protobuf import decode
+from vdl.net.ydb.auth import Authenticator
+from vdl.net.ydb.commits import CommitTracker
+from vdl.net.ydb.offsets import ConsumerOffsets
+from vdl.net.ydb.operation import StatusIds, YdbError, as_ydb_error, leaf_error, wire
+from vdl.net.ydb.protos import ydb_topic_pb2
+from vdl.net.ydb.read_balancer import ReadCoordinator, Wanted
+from vdl.net.ydb.topic_admin import CODEC_RAW, TopicAdmin
+
+log = logging.getLogger(__name__)
+
+FromClient = ydb_topic_pb2.StreamReadMessage.FromClient
+FromServer = ydb_topic_pb2.StreamReadMessage.FromServer
+# Keeps each response far below the 64 MB message limit and lets partitions take turns.
+MAX_RESPONSE_BYTES = 4 << 20
+# What one message costs in the credit beyond its payload (offsets, timestamps, framing).
+_MESSAGE_OVERHEAD = 32
+
+
+@dataclass(slots=True)
+class _TopicRead:
+    path: str  # as the client spelled it: the SDK keys its sessions by it
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    wanted: Wanted
+    read_from_ms: int | None
+
+
+@dataclass(slots=True)
+class _Partition:
+    id: int
+    topic: _TopicRead
+    partition: int
+    stream: LogStream
+    tracker: CommitTracker
+    read_offset: int
+    started: bool = False
+
+
+def batches_of(messages: list[YdbMessage]) -> list[list[YdbMessage]]:
+    """Consecutive messages sharing the batch-level fields (producer, session metadata,
+    write time) travel in one ReadResponse.Batch."""
+    groups: list[list[YdbMessage]] = []
+    key: tuple[Any, ...] | None = None
+    for message in messages:
+        this = (
+            message.producer_id,
+            tuple(sorted(message.write_session_meta.items())),
+            message.written_at_ms,
+        )
+        if groups and this == key:
+            groups[-1].append(message)
+        else:
+            groups.append([message])
+            key = this
+    return groups
+
+
+def fill_partition_data(partition_data: Any, messages: list[YdbMessage]) -> None:
+    for group in batches_of(messages):
+        first = group[0]
+        batch = partition_data.batches.add(producer_id=first.producer_id, codec=CODEC_RAW)
+        batch.write_session_meta.update(first.write_session_meta)
+        batch.written_at.FromMilliseconds(first.written_at_ms)
+        for message in group:
+            data = batch.message_data.add(
+                offset=message.offset,
+                seq_no=message.seq_no,
+                data=message.data,
+                uncompressed_size=len(message.data),
+                message_group_id=message.message_group_id,
+            )
+            data.created_at.FromMilliseconds(message.created_at_ms)
+            for key, value in message.metadata_items:
+                data.metadata_items.add(key=key, value=value)
+
+
+class ReadService:
+    """What read sessions share: the coordinator, and who to tell about topic changes."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        admin: TopicAdmin,
+        auth: Authenticator,
+        offsets: ConsumerOffsets,
+        stopping: trio.Event,
+    ) -> None:
+        self.broker = broker
+        self.admin = admin
+        self.auth = auth
+        self.offsets = offsets
+        self.stopping = stopping
+        self.coordinator = ReadCoordinator()
+        self.sessions: set[ReadSession] = set()
+
+    def topic_changed(self, name: str) -> None:
+        for session in self.sessions:
+            session.wake()
+
+    async def handle(self, stream: ServerStream, context: ServerContext) -> None:
+        session = ReadSession(self, stream, context)
+        self.sessions.add(session)
+        try:
+            await session.run()
+        finally:
+            self.sessions.discard(session)
+
+
+class ReadSession:
+    def __init__(self, service: ReadService, stream: ServerStream, context: ServerContext):
+        self._service = service
+        self._broker = service.broker
+        self._coordinator = service.coordinator
+        self._offsets = service.offsets
+        self._stream = stream
+        self._context = context
+        self.id = uuid.uuid4().hex
+        self._consumer = ""
+        self._topics: list[_TopicRead] = []
+        self._joined: list[str] = []
+        self._partitions: dict[int, _Partition] = {}
+        self._ids = itertools.count(1)
+        self._credit = 0
+        self._event = trio.Event()
+        self._send_lock = trio.Lock()
+        self._turn = 0
+
+    def wake(self) -> None:
+        self._event.set()
+
+    async def run(self) -> None:
+        try:
+            self._service.auth.authorize(self._context)
+            await self._init()
+            await self._serve()
+        except BaseException as exc:
+            leaf = leaf_error(exc)
+            error = as_ydb_error(leaf)
+            if error is None:
+                if leaf is exc:
+                    raise
+                raise leaf from None
+            reply = FromServer(status=wire(error.status))
+            reply.issues.add(message=error.message, severity=1)
+            await self._stream.send(reply.SerializeToString())
+        finally:
+            for name in self._joined:
+                self._coordinator.leave(self._consumer, name, self.id)
+
+    async def _send(self, reply: Any) -> None:
+        async with self._send_lock:
+            await self._stream.send(reply.SerializeToString())
+
+    async def _init(self) -> None:
+        data = await self._stream.receive()
+        if data is None:
+            raise YdbError(StatusIds.BAD_REQUEST, "stream closed before init_request")
+        first = decode(FromClient, data)
+        if first.WhichOneof("client_message") != "init_request":
+            raise YdbError(StatusIds.BAD_REQUEST, "the first message must be init_request")
+        init = first.init_request
+        if not init.consumer:
+            raise YdbError(StatusIds.BAD_REQUEST, "reading without a consumer is not supported")
+        if not init.topics_read_settings:
+            raise YdbError(StatusIds.BAD_REQUEST, "no topics to read")
+        self._consumer = init.consumer
+        for settings in init.topics_read_settings:
+            topic = self._service.admin.topic(settings.path)
+            if topic.consumer(init.consumer) is None:
+                raise YdbError(
+                    StatusIds.SCHEME_ERROR,
+                    f"consumer {init.consumer!r} is not registered with topic {settings.path!r}",
+                )
+            wanted: Wanted = None
+            if settings.partition_ids:
+                wanted = frozenset(int(p) for p in settings.partition_ids)
+                bad = sorted(p for p in wanted if not 0 <= p < topic.partitions)
+                if bad:
+                    raise YdbError(
+                        StatusIds.BAD_REQUEST, f"no partitions {bad} in {settings.path!r}"
+                    )
+            read_from = None
+            if settings.HasField("read_from"):
+                read_from = settings.read_from.ToMilliseconds()
+            if any(t.name == topic.name for t in self._topics):
+                raise YdbError(StatusIds.BAD_REQUEST, f"topic {settings.path!r} listed twice")
+            self._topics.append(
+                _TopicRead(
+                    settings.path, topic.name, topic.topic_id, topic.partitions, wanted, read_from
+                )
+            )
+        reply = FromServer(status=wire(StatusIds.SUCCESS))
+        reply.init_response.session_id = self.id
+        await self._send(reply)
+        for topic_read in self._topics:
+            self._joined.append(topic_read.name)
+            self._coordinator.join(
+                self._consumer,
+                topic_read.name,
+                topic_read.partitions,
+                self.id,
+                topic_read.wanted,
+                self.wake,
+            )
+
+    async def _serve(self) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._send_loop)
+            nursery.start_soon(self._fail_on_stop)
+            while True:
+                data = await self._stream.receive()
+                if data is None:
+                    # The SDK cancels rather than half-closes; either way nobody listens.
+                    nursery.cancel_scope.cancel()
+                    return
+                await self._handle(decode(FromClient, data))
+
+    async def _fail_on_stop(self) -> None:
+        await self._service.stopping.wait()
+        raise YdbError(StatusIds.UNAVAILABLE, "the node is shutting down")
+
+    # -- from the client ------------------------------------------------------------------
+
+    async def _handle(self, message: Any) -> None:
+        kind = message.WhichOneof("client_message")
+        if kind == "read_request":
+            self._credit += max(0, int(message.read_request.bytes_size))
+            self.wake()
+        elif kind == "start_partition_session_response":
+            response = message.start_partition_session_response
+            part = self._partitions.get(response.partition_session_id)
+            if part is not None and not part.started:
+                part.started = True
+                if response.HasField("read_offset"):
+                    stream = part.stream
+                    part.read_offset = min(
+                        max(int(response.read_offset), stream.log_start_offset),
+                        stream.high_watermark,
+                    )
+                self.wake()
+        elif kind == "commit_offset_request":
+            await self._commit(message.commit_offset_request)
+        elif kind == "update_token_request":
+            if self._service.auth.enabled:
+                self._service.auth.check_token(message.update_token_request.token)
+            reply = FromServer(status=wire(StatusIds.SUCCESS))
+            reply.update_token_response.SetInParent()
+            await self._send(reply)
+        elif kind == "partition_session_status_request":
+            await self._status(message.partition_session_status_request.partition_session_id)
+        elif kind == "stop_partition_session_response":
+            pass  # the partition was released when the request went out
+        else:
+            raise YdbError(StatusIds.BAD_REQUEST, f"unexpected {kind} in a read session")
+
+    async def _commit(self, request: Any) -> None:
+        reply = FromServer(status=wire(StatusIds.SUCCESS))
+        answered = reply.commit_offset_response
+        for commit in request.commit_offsets:
+            part = self._partitions.get(commit.partition_session_id)
+            if part is None:
+                # Stopped or unknown: the SDK refuses such commits itself; nothing to ack.
+                continue
+            before = part.tracker.committed
+            hw = part.stream.high_watermark
+            for offsets in commit.offsets:
+                part.tracker.add(int(offsets.start), min(int(offsets.end), hw))
+            if part.tracker.committed > before:
+                self._offsets.commit(
+                    self._consumer, part.topic.name, part.partition, part.tracker.committed
+                )
+            answered.partitions_committed_offsets.add(
+                partition_session_id=part.id, committed_offset=part.tracker.committed
+            )
+        if answered.partitions_committed_offsets:
+            await self._send(reply)
+
+    async def _status(self, partition_session_id: int) -> None:
+        part = self._partitions.get(partition_session_id)
+        if part is None:
+            return
+        reply = FromServer(status=wire(StatusIds.SUCCESS))
+        status = reply.partition_session_status_response
+        status.partition_session_id = part.id
+        status.partition_offsets.start = part.stream.log_start_offset
+        status.partition_offsets.end = part.stream.high_watermark
+        status.committed_offset = part.tracker.committed
+        status.read_offset = part.read_offset
+        await self._send(reply)
+
+    # -- to the client --------------------------------------------------------------------
+
+    async def _send_loop(self) -> None:
+        while True:
+            event = trio.Event()
+            self._event = event
+            watched = [p.stream for p in self._partitions.values() if p.started]
+            for stream in watched:
+                stream.watch(event)
+            try:
+                await self._reconcile()
+                if not await self._send_data():
+                    await event.wait()
+            finally:
+                for stream in watched:
+                    stream.unwatch(event)
+
+    async def _reconcile(self) -> None:
+        """Give up partitions no longer ours, start the ones newly ours and free."""
+        for topic_read in self._topics:
+            current = self._broker.catalog.get(topic_read.name)
+            if current is None or current.topic_id != topic_read.topic_id:
+                raise YdbError(StatusIds.SCHEME_ERROR, f"topic {topic_read.path!r} was dropped")
+            if current.consumer(self._consumer) is None:
+                raise YdbError(
+                    StatusIds.SCHEME_ERROR,
+                    f"consumer {self._consumer!r} was removed from {topic_read.path!r}",
+                )
+            targets = self._coordinator.targets(self._consumer, topic_read.name, self.id)
+            held = {p.partition: p for p in self._partitions.values() if p.topic is topic_read}
+            for partition, part in sorted(held.items()):
+                if partition in targets:
+                    continue
+                del self._partitions[part.id]
+                reply = FromServer(status=wire(StatusIds.SUCCESS))
+                stop = reply.stop_partition_session_request
+                stop.partition_session_id = part.id
+                stop.graceful = True
+                stop.committed_offset = part.tracker.committed
+                await self._send(reply)
+                self._coordinator.release(self._consumer, topic_read.name, self.id, partition)
+            for partition in sorted(targets - held.keys()):
+                if self._coordinator.try_acquire(
+                    self._consumer, topic_read.name, self.id, partition
+                ):
+                    await self._start(topic_read, partition)
+
+    async def _start(self, topic_read: _TopicRead, partition: int) -> None:
+        stream = self._broker.stream(topic_read.name, partition)
+        start, end = stream.log_start_offset, stream.high_watermark
+        stored = self._offsets.committed(self._consumer, topic_read.name, partition)
+        committed = min(max(stored or 0, start), end)
+        read_offset = committed
+        if topic_read.read_from_ms is not None:
+            from_time = stream.offset_for_timestamp(topic_read.read_from_ms)
+            read_offset = max(read_offset, from_time if from_time is not None else end)
+        part = _Partition(
+            next(self._ids), topic_read, partition, stream, CommitTracker(committed), read_offset
+        )
+        self._partitions[part.id] = part
+        reply = FromServer(status=wire(StatusIds.SUCCESS))
+        request = reply.start_partition_session_request
+        request.partition_session.partition_session_id = part.id
+        request.partition_session.path = topic_read.path
+        request.partition_session.partition_id = partition
+        request.committed_offset = committed
+        request.partition_offsets.start = start
+        request.partition_offsets.end = end
+        await self._send(reply)
+
+    async def _send_data(self) -> bool:
+        """Send one ReadResponse if there is credit and data; True if one went out."""
+        if self._credit <= 0:
+            return False
+        started = [p for p in self._partitions.values() if p.started]
+        if not started:
+            return False
+        self._turn = (self._turn + 1) % len(started)
+        order = started[self._turn :] + started[: self._turn]
+        budget = min(self._credit, MAX_RESPONSE_BYTES)
+        reply = FromServer(status=wire(StatusIds.SUCCESS))
+        response = reply.read_response
+        total = 0
+        for part in order:
+            if total >= budget:
+                break
+            messages, size = self._read(part, budget - total)
+            if messages:
+                fill_partition_data(
+                    response.partition_data.add(partition_session_id=part.id), messages
+                )
+                part.read_offset = messages[-1].offset + 1
+                total += size
+        if total == 0:
+            return False
+        response.bytes_size = total
+        self._credit -= total
+        await self._send(reply)
+        return True
+
+    def _read(self, part: _Partition, budget: int) -> tuple[list[YdbMessage], int]:
+        stream = part.stream
+        if part.read_offset < stream.log_start_offset:
+            part.read_offset = stream.log_start_offset  # retention removed the rest
+        if part.read_offset >= stream.high_watermark:
+            return [], 0
+        messages: list[YdbMessage] = []
+        size = 0
+        for batch in stream.read(part.read_offset, budget):
+            if parse_batch_header(batch).is_control:
+                continue
+            try:
+                for record in iter_records(batch):
+                    if record.offset < part.read_offset:
+                        continue
+                    message = from_record(record)
+                    cost = len(message.data) + _MESSAGE_OVERHEAD
+                    if messages and size + cost > budget:
+                        return messages, size
+                    messages.append(message)
+                    size += cost
+            except UnsupportedCodec as exc:
+                raise YdbError(
+                    StatusIds.UNSUPPORTED,
+                    f"{part.topic.path} partition {part.partition} holds records this server "
+                    f"cannot decode for YDB readers: {exc}",
+                ) from None
+            except InvalidBatch as exc:
+                raise YdbError(StatusIds.INTERNAL_ERROR, f"corrupt stored batch: {exc}") from None
+        return messages, size

@@ -1,0 +1,329 @@
+"""``Ydb.Topic.V1/StreamWrite``: one writer session per call.
+
+A session is pinned to one partition (explicit ``partition_id``, else a stable hash of the
+message group / producer id), so a producer's messages keep their order and its
+deduplication state lives in one place: the partition's :class:`YdbProducerTable`, rebuilt
+from the log. Per message: ``seq_no`` at or below the producer's last one is acked
+``skipped`` (after the first copy is durable), anything newer is appended and acked
+``written`` with its offset once committed. Acks go out one per message, in the order the
+messages came, from a single sender task, so they never interleave with other replies.
+
+Codecs: a topic without a codec list advertises ``[RAW]`` only, which stops the SDK from
+switching to GZIP on its second batch (GZIP costs server CPU and is stored decoded anyway).
+A topic that lists GZIP gets it: payloads are decompressed (bounded by the size limit) and
+stored plain, so Kafka consumers and YDB readers both see the original bytes; readers
+always receive codec RAW.
+
+Size limit: a message's decoded payload may be at most the topic's ``max.message.bytes``;
+a bigger one ends the session with BAD_REQUEST naming the seq_no and both sizes.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from vdl.broker.broker import Broker
+from vdl.broker.topics import Topic
+from vdl.log.record_batch import build_batch, parse_batch_header
+from vdl.log.stream import LogStream
+from vdl.log.ydb_mapping import YdbMessage, YdbProducerTable, is_reserved_key, to_record
+from vdl.net.grpc import ServerContext, ServerStream
+from vdl.net.grpc.protobuf import decode
+from vdl.net.ydb.auth import Authenticator
+from vdl.net.ydb.operation import StatusIds, YdbError, as_ydb_error, leaf_error, wire
+from vdl.net.ydb.protos import ydb_topic_pb2
+from vdl.net.ydb.topic_admin import CODEC_GZIP, CODEC_RAW, TopicAdmin
+
+log = logging.getLogger(__name__)
+
+FromClient = ydb_topic_pb2.StreamWriteMessage.FromClient
+FromServer = ydb_topic_pb2.StreamWriteMessage.FromServer
+WriteAck = ydb_topic_pb2.StreamWriteMessage.WriteResponse.WriteAck
+_REASON_ALREADY_WRITTEN = 1
+# Write responses waiting for their commit; a full queue stops reading from the client.
+_ACK_QUEUE = 64
+# How long a stopping node lets a session's pending acks drain before cutting it off.
+_STOP_DRAIN_S = 5.0
+
+
+def choose_partition(
+    partitions: int, producer_id: str, message_group_id: str, partition_id: int | None
+) -> int:
+    """The partition a writer is pinned to; stable across reconnects and restarts."""
+    if partition_id is not None:
+        if not 0 <= partition_id < partitions:
+            raise YdbError(
+                StatusIds.BAD_REQUEST,
+                f"partition {partition_id} does not exist (the topic has {partitions})",
+            )
+        return partition_id
+    key = message_group_id or producer_id
+    if not key:
+        return 0
+    return zlib.crc32(key.encode()) % partitions
+
+
+def advertised_codecs(topic: Topic) -> list[int]:
+    return list(topic.supported_codecs) if topic.supported_codecs else [CODEC_RAW]
+
+
+def decode_payload(codec: int, data: bytes, limit: int) -> bytes:
+    """The plain payload; sizes beyond ``limit`` are left to the caller's check."""
+    if codec in (CODEC_RAW, 0):
+        return data
+    if codec == CODEC_GZIP:
+        inflater = zlib.decompressobj(wbits=31)
+        try:
+            out = inflater.decompress(data, limit + 1)
+        except zlib.error as exc:
+            raise YdbError(StatusIds.BAD_REQUEST, f"bad GZIP payload: {exc}") from None
+        return out
+    raise YdbError(StatusIds.BAD_REQUEST, f"codec {codec} is not supported")
+
+
+@dataclass(slots=True)
+class _Reply:
+    """One server message; acks are held until offset ``wait_for`` is committed."""
+
+    message: Any
+    wait_for: int = -1
+
+
+class WriteSession:
+    def __init__(
+        self,
+        broker: Broker,
+        admin: TopicAdmin,
+        auth: Authenticator,
+        clock_ms: Callable[[], int],
+        stopping: trio.Event,
+        stream: ServerStream,
+        context: ServerContext,
+    ) -> None:
+        self._broker = broker
+        self._admin = admin
+        self._auth = auth
+        self._clock_ms = clock_ms
+        self._stopping = stopping
+        self._stream = stream
+        self._context = context
+        self._session_id = uuid.uuid4().hex
+        self._producer_id = ""
+        self._message_group_id = ""
+        self._session_meta: dict[str, str] = {}
+        self._partition = 0
+        self._topic: Topic | None = None
+        self._log: LogStream | None = None
+        self._table: YdbProducerTable | None = None
+        self._max_message_bytes = 0
+
+    async def run(self) -> None:
+        try:
+            self._auth.authorize(self._context)
+            await self._init()
+            await self._serve()
+        except BaseException as exc:
+            leaf = leaf_error(exc)
+            error = as_ydb_error(leaf)
+            if error is None:
+                if leaf is exc:
+                    raise
+                raise leaf from None
+            await self._send_error(error.status, error.message)
+
+    async def _send_error(self, status: StatusIds, message: str) -> None:
+        # In-band: the SDK reads the status of every message; a clean end of the call
+        # without one would be fatal (async) or hang (sync) for it.
+        reply = FromServer(status=wire(status))
+        reply.issues.add(message=message, severity=1)
+        await self._stream.send(reply.SerializeToString())
+
+    async def _receive(self) -> Any | None:
+        data = await self._stream.receive()
+        if data is None:
+            return None
+        return decode(FromClient, data)
+
+    async def _init(self) -> None:
+        first = await self._receive()
+        if first is None:
+            raise YdbError(StatusIds.BAD_REQUEST, "stream closed before init_request")
+        if first.WhichOneof("client_message") != "init_request":
+            raise YdbError(StatusIds.BAD_REQUEST, "the first message must be init_request")
+        init = first.init_request
+        topic = self._admin.topic(init.path)
+        partitioning = init.WhichOneof("partitioning")
+        explicit: int | None = None
+        if partitioning == "partition_id":
+            explicit = int(init.partition_id)
+        elif partitioning == "partition_with_generation":
+            explicit = int(init.partition_with_generation.partition_id)
+        self._producer_id = init.producer_id
+        self._message_group_id = init.message_group_id if partitioning == "message_group_id" else ""
+        self._session_meta = dict(init.write_session_meta)
+        self._partition = choose_partition(
+            topic.partitions, self._producer_id, self._message_group_id, explicit
+        )
+        self._topic = topic
+        self._log = self._broker.stream(topic.name, self._partition)
+        self._table = self._log.ydb_producers()
+        self._max_message_bytes = int(self._broker.topic_config(topic, "max.message.bytes"))
+        reply = FromServer(status=wire(StatusIds.SUCCESS))
+        response = reply.init_response
+        response.last_seq_no = self._table.last_seq_no(self._producer_id)
+        response.session_id = self._session_id
+        response.partition_id = self._partition
+        response.supported_codecs.codecs.extend(advertised_codecs(topic))
+        await self._stream.send(reply.SerializeToString())
+        log.debug(
+            "writer %s: producer %r on %s[%d], last seq_no %d",
+            self._session_id,
+            self._producer_id,
+            topic.name,
+            self._partition,
+            response.last_seq_no,
+        )
+
+    async def _serve(self) -> None:
+        send, receive = trio.open_memory_channel[_Reply](_ACK_QUEUE)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._send_replies, receive)
+            async with send:
+                with trio.CancelScope() as reading:
+                    nursery.start_soon(self._cancel_on_stop, reading)
+                    while True:
+                        message = await self._receive()
+                        if message is None:
+                            # Half-close: the SDK never does it, but acks still go out.
+                            break
+                        await self._handle(message, send)
+            if reading.cancelled_caught:
+                # Stopping: let what was appended be acked, then ask the client to come back.
+                with trio.move_on_after(_STOP_DRAIN_S):
+                    while receive.statistics().current_buffer_used:
+                        await trio.sleep(0.01)
+                nursery.cancel_scope.cancel()
+                raise YdbError(StatusIds.UNAVAILABLE, "the node is shutting down")
+            nursery.cancel_scope.cancel()
+
+    async def _cancel_on_stop(self, scope: trio.CancelScope) -> None:
+        await self._stopping.wait()
+        scope.cancel()
+
+    async def _handle(self, message: Any, send: trio.MemorySendChannel[_Reply]) -> None:
+        kind = message.WhichOneof("client_message")
+        if kind == "write_request":
+            await send.send(self._write(message.write_request))
+        elif kind == "update_token_request":
+            if self._auth.enabled:
+                self._auth.check_token(message.update_token_request.token)
+            reply = FromServer(status=wire(StatusIds.SUCCESS))
+            reply.update_token_response.SetInParent()
+            await send.send(_Reply(reply))
+        else:
+            raise YdbError(StatusIds.BAD_REQUEST, f"unexpected {kind} in a write session")
+
+    def _write(self, request: Any) -> _Reply:
+        """Append the new messages now (in order), and return their acks to send later."""
+        assert self._topic is not None and self._log is not None and self._table is not None
+        codec = int(request.codec)
+        topic = self._topic
+        if topic.supported_codecs and codec not in topic.supported_codecs:
+            raise YdbError(
+                StatusIds.BAD_REQUEST,
+                f"codec {codec} is not allowed for this topic ({list(topic.supported_codecs)})",
+            )
+        if request.HasField("tx"):
+            raise YdbError(StatusIds.UNSUPPORTED, "transactional writes are not supported")
+        reply = FromServer(status=wire(StatusIds.SUCCESS))
+        response = reply.write_response
+        response.partition_id = self._partition
+        now = self._clock_ms()
+        pending: list[tuple[YdbMessage, Any]] = []
+        wait_for = -1
+        last_seen = self._table.last_seq_no(self._producer_id)
+        for data in request.messages:
+            seq_no = int(data.seq_no)
+            ack = response.acks.add(seq_no=seq_no)
+            if self._producer_id and seq_no <= last_seen:
+                earlier = self._table.last(self._producer_id)
+                # Skipped, but only acked once the first copy is durable.
+                if earlier is not None:
+                    wait_for = max(wait_for, earlier.offset)
+                ack.skipped.reason = _REASON_ALREADY_WRITTEN
+                continue
+            payload = decode_payload(codec, data.data, self._max_message_bytes)
+            if len(payload) > self._max_message_bytes:
+                raise YdbError(
+                    StatusIds.BAD_REQUEST,
+                    f"message seq_no {seq_no} has {len(payload)} bytes, more than the "
+                    f"topic's limit of {self._max_message_bytes} bytes (max.message.bytes)",
+                )
+            items = tuple((item.key, bytes(item.value)) for item in data.metadata_items)
+            for key, _ in items:
+                if is_reserved_key(key):
+                    raise YdbError(
+                        StatusIds.BAD_REQUEST, f"metadata key {key!r} is reserved (__ydb.*)"
+                    )
+            created = now
+            if data.HasField("created_at"):
+                created = data.created_at.seconds * 1000 + data.created_at.nanos // 1_000_000
+            group = self._message_group_id
+            if data.WhichOneof("partitioning") == "message_group_id":
+                group = data.message_group_id
+            message = YdbMessage(
+                data=payload,
+                seq_no=seq_no,
+                created_at_ms=created,
+                message_group_id=group,
+                metadata_items=items,
+                producer_id=self._producer_id,
+                written_at_ms=now,
+                write_session_meta=self._session_meta,
+            )
+            pending.append((message, ack))
+            if self._producer_id:
+                last_seen = seq_no
+        if pending:
+            wait_for = max(wait_for, self._append(pending))
+        return _Reply(reply, wait_for)
+
+    def _append(self, pending: list[tuple[YdbMessage, Any]]) -> int:
+        """Append as batches of at most max.message.bytes; return the last offset."""
+        assert self._log is not None and self._table is not None
+        last = -1
+        start = 0
+        while start < len(pending):
+            size = 0
+            end = start
+            while end < len(pending) and (
+                end == start or size + len(pending[end][0].data) + 128 <= self._max_message_bytes
+            ):
+                size += len(pending[end][0].data) + 128
+                end += 1
+            chunk = pending[start:end]
+            batch = build_batch([to_record(message) for message, _ in chunk])
+            appended = self._log.append(batch, parse_batch_header(batch))
+            for i, (message, ack) in enumerate(chunk):
+                offset = appended.base_offset + i
+                ack.written.offset = offset
+                if self._producer_id:
+                    self._table.record(self._producer_id, message.seq_no, offset)
+            last = appended.last_offset
+            start = end
+        return last
+
+    async def _send_replies(self, replies: trio.MemoryReceiveChannel[_Reply]) -> None:
+        assert self._log is not None
+        async with replies:
+            async for reply in replies:
+                if reply.wait_for >= 0:
+                    await self._log.wait_committed(reply.wait_for)
+                await self._stream.send(reply.message.SerializeToString())
