@@ -59,6 +59,56 @@ class NodeConfig:
     max_message_bytes: int = 1024 * 1024 + 12  # Kafka's message.max.bytes default
     max_request_bytes: int = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes default
     shutdown_grace_ms: int = 30_000
+    # Consumer groups; names and defaults follow Kafka's group.* broker settings.
+    group_initial_rebalance_delay_ms: int = 3000
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1_800_000
+    # YDB topic API (gRPC). TLS is on when both tls_cert and tls_key are given; static
+    # credentials (and so mandatory tokens) are on when a users file is given.
+    grpc_listen: HostPort = field(default_factory=lambda: HostPort("127.0.0.1", 2135))
+    # The address Discovery hands to YDB clients; defaults to the listen address.
+    grpc_advertised: HostPort | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    database: str = "/local"
+    users: Path | None = None
+    # Replication. With peers (the raft addresses of the initial members, the same list on
+    # every node) the node joins a cluster as --node-id; without, it is a one-node cluster.
+    raft_listen: HostPort | None = None  # defaults to this node's address in peers
+    peers: tuple[tuple[int, HostPort], ...] = ()
+    raft_tick_ms: int = 100  # one Raft tick; elections take 10-20 ticks
+
+    @property
+    def clustered(self) -> bool:
+        return bool(self.peers)
+
+    def raft_address(self) -> HostPort:
+        if self.raft_listen is not None:
+            return self.raft_listen
+        return dict(self.peers)[self.node_id]
+
+
+def parse_peers(raw: Any) -> tuple[tuple[int, HostPort], ...]:
+    """`1=HOST:PORT,2=HOST:PORT` (or a TOML table {"1" = "HOST:PORT"}), sorted by id."""
+    if isinstance(raw, Mapping):
+        items = [(str(k), str(v)) for k, v in raw.items()]
+    else:
+        items = []
+        for part in str(raw).split(","):
+            if not part.strip():
+                continue
+            key, sep, value = part.partition("=")
+            if not sep:
+                raise ConfigError(f"expected ID=HOST:PORT, got {part.strip()!r}")
+            items.append((key.strip(), value.strip()))
+    peers: dict[int, HostPort] = {}
+    for key, value in items:
+        if not key.isdigit() or int(key) <= 0:
+            raise ConfigError(f"node ids are positive integers, got {key!r}")
+        if int(key) in peers:
+            raise ConfigError(f"node {key} is listed twice")
+        peers[int(key)] = HostPort.parse(value)
+    return tuple(sorted(peers.items()))
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(NodeConfig)}
@@ -67,10 +117,23 @@ _FIELDS = {f.name: f for f in dataclasses.fields(NodeConfig)}
 def _convert(name: str, raw: Any) -> Any:
     """Turn a flag/TOML/env value into the field's type, with a message naming the setting."""
     try:
-        if name in ("kafka_listen", "kafka_advertised"):
+        if name == "peers":
+            return parse_peers(raw)
+        if name in (
+            "kafka_listen",
+            "kafka_advertised",
+            "grpc_listen",
+            "grpc_advertised",
+            "raft_listen",
+        ):
             return raw if isinstance(raw, HostPort) else HostPort.parse(str(raw))
-        if name == "data_dir":
+        if name in ("data_dir", "tls_cert", "tls_key", "users"):
             return Path(raw)
+        if name == "database":
+            text = str(raw)
+            if not text.startswith("/") or text.rstrip("/") == "":
+                raise ConfigError("expected an absolute path such as /local")
+            return text.rstrip("/")
         if name == "log_backend":
             if raw not in get_args(LogBackend):
                 raise ConfigError(f"expected one of {', '.join(LOG_BACKENDS)}")
@@ -123,4 +186,12 @@ def load_config(argv: Sequence[str], environ: Mapping[str, str]) -> NodeConfig:
     config = NodeConfig(**{name: _convert(name, raw) for name, raw in values.items()})
     if config.default_partitions < 1:
         raise ConfigError("default-partitions must be at least 1")
+    if (config.tls_cert is None) != (config.tls_key is None):
+        raise ConfigError("tls-cert and tls-key must be given together")
+    if config.peers and config.node_id not in dict(config.peers):
+        raise ConfigError(f"node-id {config.node_id} is not among the peers")
+    if config.raft_listen is not None and not config.peers:
+        raise ConfigError("raft-listen needs peers")
+    if config.raft_tick_ms < 1:
+        raise ConfigError("raft-tick-ms must be at least 1")
     return config

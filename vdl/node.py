@@ -7,6 +7,7 @@ an error), flush what is left, close the stores, exit 0.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import signal
@@ -19,15 +20,27 @@ import trio
 
 from vdl.backends.registry import open_meta_store
 from vdl.broker.broker import Broker
-from vdl.broker.topics import topic_config_specs
-from vdl.config import ConfigError, NodeConfig, load_config
+from vdl.broker.topics import TopicCatalog, topic_config_specs
+from vdl.cluster.manager import ClusterManager, ClusterSettings
+from vdl.cluster.memory_meta import MemoryMetaStore
+from vdl.config import ConfigError, HostPort, NodeConfig, load_config
+from vdl.groups.coordinator import GroupConfig
+from vdl.groups.service import GroupService
 from vdl.log.flusher import Flusher
+from vdl.net.grpc import GrpcServer, server_ssl_context
 from vdl.net.kafka.control_codec import warm_up
 from vdl.net.kafka.server import KafkaServer
+from vdl.net.ydb.auth import UsersFileError, load_users
+from vdl.net.ydb.service import YdbFrontEnd
 
 log = logging.getLogger("vdl.node")
 
 _CLUSTER_ID_KEY = b"cluster/id"
+
+
+def _cluster_id_of(config: NodeConfig) -> str:
+    peers = ",".join(f"{n}={a}" for n, a in config.peers)
+    return hashlib.sha256(peers.encode()).hexdigest()[:22]
 
 
 def wall_clock_ms() -> int:
@@ -38,13 +51,21 @@ class Node:
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
         self.kafka_port: int | None = None
+        self.grpc_port: int | None = None
+        self._users: dict[str, str] | None = None
         self._stop = trio.Event()
+        self._cluster: ClusterManager | None = None
 
     def request_stop(self) -> None:
         self._stop.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         config = self.config
+        try:
+            self._users = load_users(config.users) if config.users is not None else None
+        except UsersFileError as exc:
+            log.error("%s", exc)
+            raise SystemExit(2) from None
         config.data_dir.mkdir(parents=True, exist_ok=True)
         meta = open_meta_store(config.data_dir / "meta")
         try:
@@ -53,6 +74,12 @@ class Node:
                 cluster_id = uuid.uuid4().hex[:22].encode()
                 meta.put(_CLUSTER_ID_KEY, cluster_id)
             flusher = Flusher()
+            catalog = None
+            if config.clustered:
+                # Every node must tell clients the same cluster id.
+                cluster_id = _cluster_id_of(config).encode()
+                # Topics come from the metadata group's log, replayed at every start.
+                catalog = TopicCatalog(MemoryMetaStore())
             broker = Broker(
                 config.data_dir,
                 meta,
@@ -67,7 +94,24 @@ class Node:
                 ),
                 auto_create_topics=config.auto_create_topics,
                 default_partitions=config.default_partitions,
+                catalog=catalog,
             )
+            if config.clustered:
+                raft = config.raft_address()
+                self._cluster = ClusterManager(
+                    ClusterSettings(
+                        node_id=config.node_id,
+                        raft_listen=(raft.host, raft.port),
+                        peers={n: (a.host, a.port) for n, a in config.peers},
+                        data_dir=config.data_dir,
+                        tick_s=config.raft_tick_ms / 1000,
+                        log_backend=config.log_backend,
+                    ),
+                    broker,
+                    meta,
+                    flusher,
+                )
+                broker.cluster = self._cluster
             try:
                 await self._serve(broker, flusher, cluster_id.decode(), task_status)
             finally:
@@ -88,6 +132,17 @@ class Node:
         warm_up()
         async with trio.open_nursery() as root:
             await root.start(flusher.run)
+            raft_scope = trio.CancelScope()
+            cluster = self._cluster
+            if cluster is not None:
+
+                async def replication(task_status: trio.TaskStatus[None]) -> None:
+                    assert cluster is not None
+                    with raft_scope:
+                        await cluster.run(task_status=task_status)
+
+                # Before the client listeners: partitions must be in place to be served.
+                await root.start(replication)
             housekeeping = trio.CancelScope()
 
             async def retention() -> None:
@@ -95,6 +150,17 @@ class Node:
                     await broker.run_retention(config.retention_check_ms / 1000)
 
             root.start_soon(retention)
+            groups = GroupService(
+                broker.meta,
+                GroupConfig(
+                    initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+                    min_session_timeout_ms=config.group_min_session_timeout_ms,
+                    max_session_timeout_ms=config.group_max_session_timeout_ms,
+                ),
+                wall_clock_ms=wall_clock_ms,
+            )
+            broker.groups = groups
+            await root.start(groups.run)
             kafka = KafkaServer(
                 broker,
                 config.node_id,
@@ -103,8 +169,39 @@ class Node:
                 config.kafka_advertised,
                 config.max_request_bytes,
             )
+            ydb = YdbFrontEnd(
+                broker,
+                groups.offsets,
+                broker.meta,
+                database=config.database,
+                node_id=config.node_id,
+                users=self._users,
+                clock_ms=wall_clock_ms,
+            )
+            tls = config.tls_cert is not None and config.tls_key is not None
+            grpc = GrpcServer(
+                ssl_context=server_ssl_context(config.tls_cert, config.tls_key)
+                if config.tls_cert is not None and config.tls_key is not None
+                else None
+            )
+            ydb.register(grpc)
             async with trio.open_nursery() as front_ends:
                 self.kafka_port = await front_ends.start(kafka.serve)
+                await front_ends.start(grpc.serve, config.grpc_listen.host, config.grpc_listen.port)
+                self.grpc_port = grpc.ports[0]
+                # With port 0 (tests) clients must be told the port actually bound.
+                advertised = config.grpc_advertised or HostPort(
+                    config.grpc_listen.host, self.grpc_port
+                )
+                ydb.set_endpoint(advertised.host, advertised.port, tls)
+                if cluster is not None:
+                    kafka_address = config.kafka_advertised or HostPort(
+                        config.kafka_listen.host, self.kafka_port
+                    )
+                    cluster.set_client_addresses(
+                        (kafka_address.host, kafka_address.port), (advertised.host, advertised.port)
+                    )
+                log.info("YDB gRPC listener on %s:%d", config.grpc_listen.host, self.grpc_port)
                 log.info("node %d ready (data in %s)", config.node_id, config.data_dir)
                 task_status.started()
                 await self._stop.wait()
@@ -113,7 +210,14 @@ class Node:
                     trio.current_time() + config.shutdown_grace_ms / 1000
                 )
                 kafka.shutdown()
+                # YDB streams finish their acks and ask clients to reconnect, then GOAWAY.
+                ydb.stop_streams()
+                front_ends.start_soon(grpc.shutdown, config.shutdown_grace_ms / 1000)
+                # Held JoinGroup/SyncGroup requests are answered now, not at the grace deadline.
+                groups.stop()
             housekeeping.cancel()
+            # In-flight produces have finished (or failed) above; now the groups can stop.
+            raft_scope.cancel()
             flusher.stop()
 
 

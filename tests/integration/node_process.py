@@ -21,9 +21,17 @@ def free_port() -> int:
 class NodeProcess:
     """One node process; `stop()` sends SIGTERM and returns the exit code."""
 
-    def __init__(self, data_dir: Path, *extra_args: str, kafka_port: int | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *extra_args: str,
+        kafka_port: int | None = None,
+        grpc_port: int | None = None,
+    ) -> None:
         self.data_dir = data_dir
         self.kafka_port = kafka_port or free_port()
+        # Always a free port: the built-in default (2135) would collide between tests.
+        self.grpc_port = grpc_port or free_port()
         self.extra_args = list(extra_args)
         self.log_path = data_dir.parent / f"{data_dir.name}-node.log"
         self.process: subprocess.Popen[bytes] | None = None
@@ -31,6 +39,10 @@ class NodeProcess:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.kafka_port}"
+
+    @property
+    def grpc_address(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
 
     def start(self, timeout: float = 30.0) -> NodeProcess:
         log = open(self.log_path, "ab")
@@ -44,6 +56,8 @@ class NodeProcess:
                 str(self.data_dir),
                 "--kafka-listen",
                 self.bootstrap,
+                "--grpc-listen",
+                self.grpc_address,
                 *self.extra_args,
             ],
             stdout=log,
@@ -56,8 +70,11 @@ class NodeProcess:
             if self.process.poll() is not None:
                 raise RuntimeError(f"node exited with {self.process.returncode}:\n{self.log()}")
             try:
-                with socket.create_connection(("127.0.0.1", self.kafka_port), timeout=0.5):
-                    return self
+                # The gRPC listener opens after the Kafka one: wait for both.
+                for port in (self.kafka_port, self.grpc_port):
+                    with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                        pass
+                return self
             except OSError:
                 time.sleep(0.05)
         self.kill()

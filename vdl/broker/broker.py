@@ -8,22 +8,25 @@ from __future__ import annotations
 import logging
 import shutil
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import trio
 
 from vdl.backends.api import LogRetention, LogStoreOptions, MetaStore
 from vdl.backends.registry import LogBackend, open_log_store
+from vdl.broker.cluster_view import ClusterView
 from vdl.broker.topics import (
     ConfigSpec,
     Topic,
     TopicCatalog,
+    TopicConsumer,
     TopicError,
     topic_config_specs,
     validate_configs,
     validate_topic_name,
 )
+from vdl.groups.service import GroupService
 from vdl.log.error_codes import ErrorCode
 from vdl.log.flusher import Flusher
 from vdl.log.stream import LogStream
@@ -33,6 +36,9 @@ log = logging.getLogger(__name__)
 _PRODUCER_ID_KEY = b"producer-id/next"
 _PRODUCER_ID_BLOCK = 1000
 MAX_PARTITIONS = 10_000
+# On a cluster each node hands out producer ids of its own residue class (id % this is
+# the node id), so two nodes never give one id to two producers.
+_NODE_ID_SPACE = 1024
 
 
 class Broker:
@@ -47,7 +53,10 @@ class Broker:
         config_specs: Mapping[str, ConfigSpec] | None = None,
         auto_create_topics: bool = True,
         default_partitions: int = 1,
+        catalog: TopicCatalog | None = None,
     ) -> None:
+        """`catalog`: where topics live (default: this node's MetaStore); a cluster passes
+        one that mirrors the metadata group, and opens partition streams itself."""
         self._streams_dir = data_dir / "streams"
         self._streams_dir.mkdir(parents=True, exist_ok=True)
         self._meta = meta
@@ -65,12 +74,21 @@ class Broker:
         )
         self.auto_create_topics = auto_create_topics
         self.default_partitions = default_partitions
-        self.catalog = TopicCatalog(meta)
+        self.catalog = catalog if catalog is not None else TopicCatalog(meta)
+        # The cluster this node belongs to; None on a one-node cluster. Set by the node.
+        self.cluster: ClusterView | None = None
         self._streams: dict[tuple[str, int], LogStream] = {}
         self._next_producer_id = 0
         self._producer_id_limit = 0
+        # Consumer groups and committed offsets; attached by the node, None until then.
+        self.groups: GroupService | None = None
         for topic in self.catalog.all():
             self._open_streams(topic)
+
+    @property
+    def meta(self) -> MetaStore:
+        """The node's metadata store (topics, producer ids, committed offsets)."""
+        return self._meta
 
     # -- topics --------------------------------------------------------------------------
 
@@ -81,6 +99,14 @@ class Broker:
         return self._streams_dir / f"{name}-{partition}"
 
     def _open_streams(self, topic: Topic) -> None:
+        for partition in range(topic.partitions):
+            self._streams[(topic.name, partition)] = self.open_partition_stream(
+                topic, partition, self._stream_dir(topic.name, partition)
+            )
+
+    def open_partition_stream(self, topic: Topic, partition: int, directory: Path) -> LogStream:
+        """Open (creating if needed) one partition's store in `directory` as a stream,
+        without registering it (see add_stream)."""
         retention_ms = int(self.topic_config(topic, "retention.ms"))
         retention_bytes = int(self.topic_config(topic, "retention.bytes"))
         options = LogStoreOptions(
@@ -91,16 +117,20 @@ class Broker:
             ),
         )
         append_time = self.topic_config(topic, "message.timestamp.type") == "LogAppendTime"
-        for partition in range(topic.partitions):
-            directory = self._stream_dir(topic.name, partition)
-            store = open_log_store(self._log_backend, directory, options)
-            self._streams[(topic.name, partition)] = LogStream(
-                f"{topic.name}-{partition}",
-                store,
-                self._flusher,
-                self._clock_ms,
-                log_append_time=append_time,
-            )
+        store = open_log_store(self._log_backend, directory, options)
+        return LogStream(
+            f"{topic.name}-{partition}",
+            store,
+            self._flusher,
+            self._clock_ms,
+            log_append_time=append_time,
+        )
+
+    def add_stream(self, topic: str, partition: int, stream: LogStream) -> None:
+        self._streams[(topic, partition)] = stream
+
+    def pop_stream(self, topic: str, partition: int) -> LogStream | None:
+        return self._streams.pop((topic, partition), None)
 
     def create_topic(
         self,
@@ -109,6 +139,9 @@ class Broker:
         configs: Mapping[str, str] | None = None,
         *,
         validate_only: bool = False,
+        consumers: Sequence[TopicConsumer] = (),
+        supported_codecs: Sequence[int] = (),
+        attributes: Mapping[str, str] | None = None,
     ) -> Topic:
         validate_topic_name(name)
         if not 1 <= partitions <= MAX_PARTITIONS:
@@ -120,7 +153,18 @@ class Broker:
         validate_configs(self.config_specs, configs)
         if self.catalog.get(name) is not None:
             raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
-        topic = Topic(name, partitions, uuid.uuid4(), configs)
+        names = [c.name for c in consumers]
+        if len(set(names)) != len(names):
+            raise TopicError(ErrorCode.INVALID_CONFIG, "consumer names must be unique")
+        topic = Topic(
+            name,
+            partitions,
+            uuid.uuid4(),
+            configs,
+            tuple(consumers),
+            tuple(supported_codecs),
+            dict(attributes or {}),
+        )
         if validate_only:
             return topic
         for partition in range(partitions):
@@ -135,8 +179,24 @@ class Broker:
         """The topic, auto-created with default settings if allowed; None if it is absent."""
         topic = self.catalog.get(name)
         if topic is None and self.auto_create_topics:
+            if self.cluster is not None:
+                # Created through the metadata group; the client asks again meanwhile.
+                validate_topic_name(name)
+                self.cluster.request_topic(name)
+                return None
             topic = self.create_topic(name, self.default_partitions)
         return topic
+
+    def update_topic(self, topic: Topic) -> None:
+        """Persist new consumers/codecs/attributes/configs of an existing topic. Settings the
+        open streams were built with (retention, segment size) apply from the next start."""
+        current = self.catalog.get(topic.name)
+        if current is None:
+            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic.name!r}")
+        if topic.partitions != current.partitions or topic.topic_id != current.topic_id:
+            raise TopicError(ErrorCode.INVALID_PARTITIONS, "partition count cannot change")
+        validate_configs(self.config_specs, topic.configs)
+        self.catalog.update(topic)
 
     async def delete_topic(self, name: str) -> None:
         topic = self.catalog.remove(name)
@@ -147,6 +207,16 @@ class Broker:
                 shutil.rmtree, self._stream_dir(name, partition), True
             )
         log.info("deleted topic %s", name)
+
+    def leader_stream(self, topic: str, partition: int) -> LogStream:
+        """The stream, if this node leads it (what Kafka produce, fetch and list offsets
+        need): NOT_LEADER_OR_FOLLOWER otherwise."""
+        stream = self.stream(topic, partition)
+        if self.cluster is not None and not self.cluster.is_leader(topic, partition):
+            raise TopicError(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER, f"not the leader of {topic}-{partition}"
+            )
+        return stream
 
     def stream(self, topic: str, partition: int) -> LogStream:
         stream = self._streams.get((topic, partition))
@@ -169,6 +239,8 @@ class Broker:
             self._producer_id_limit = start + _PRODUCER_ID_BLOCK
         producer_id = self._next_producer_id
         self._next_producer_id += 1
+        if self.cluster is not None:
+            return producer_id * _NODE_ID_SPACE + self.cluster.node_id % _NODE_ID_SPACE
         return producer_id
 
     # -- waiting ---------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import re
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from vdl.backends.api import MetaStore
 from vdl.log.error_codes import ErrorCode
@@ -73,12 +74,53 @@ def validate_configs(specs: Mapping[str, ConfigSpec], configs: Mapping[str, str]
 
 
 @dataclass(frozen=True, slots=True)
+class TopicConsumer:
+    """A consumer registered with a topic (YDB read rule). Its committed offsets live in the
+    shared offsets store under the same name a Kafka consumer group would use."""
+
+    name: str
+    important: bool = False
+    read_from_ms: int = 0
+    codecs: tuple[int, ...] = ()
+    attributes: dict[str, str] = field(default_factory=dict)
+
+    def to_doc(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "important": self.important,
+            "read_from_ms": self.read_from_ms,
+            "codecs": list(self.codecs),
+            "attributes": self.attributes,
+        }
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> TopicConsumer:
+        return cls(
+            doc["name"],
+            bool(doc.get("important", False)),
+            int(doc.get("read_from_ms", 0)),
+            tuple(int(c) for c in doc.get("codecs", ())),
+            dict(doc.get("attributes", {})),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Topic:
     name: str
     partitions: int
     topic_id: uuid.UUID
     # Only the settings given explicitly; defaults come from the node's specs.
     configs: dict[str, str] = field(default_factory=dict)
+    consumers: tuple[TopicConsumer, ...] = ()
+    # YDB codec ids writers may use; empty means any codec the server understands.
+    supported_codecs: tuple[int, ...] = ()
+    attributes: dict[str, str] = field(default_factory=dict)
+
+    def consumer(self, name: str) -> TopicConsumer | None:
+        for consumer in self.consumers:
+            if consumer.name == name:
+                return consumer
+        return None
 
     def encode(self) -> bytes:
         return json.dumps(
@@ -87,13 +129,25 @@ class Topic:
                 "partitions": self.partitions,
                 "id": str(self.topic_id),
                 "configs": self.configs,
+                "consumers": [c.to_doc() for c in self.consumers],
+                "supported_codecs": list(self.supported_codecs),
+                "attributes": self.attributes,
             }
         ).encode()
 
     @classmethod
     def decode(cls, raw: bytes) -> Topic:
         doc = json.loads(raw)
-        return cls(doc["name"], doc["partitions"], uuid.UUID(doc["id"]), doc["configs"])
+        # Records written before consumers existed simply lack the newer keys.
+        return cls(
+            doc["name"],
+            doc["partitions"],
+            uuid.UUID(doc["id"]),
+            doc["configs"],
+            tuple(TopicConsumer.from_doc(c) for c in doc.get("consumers", ())),
+            tuple(int(c) for c in doc.get("supported_codecs", ())),
+            dict(doc.get("attributes", {})),
+        )
 
 
 class TopicCatalog:
@@ -116,6 +170,13 @@ class TopicCatalog:
     def add(self, topic: Topic) -> None:
         if topic.name in self._topics:
             raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {topic.name!r} exists")
+        self._meta.put(_TOPIC_KEY + topic.name.encode(), topic.encode())
+        self._topics[topic.name] = topic
+
+    def update(self, topic: Topic) -> None:
+        """Replace a topic's definition (same name and partitions), durably."""
+        if topic.name not in self._topics:
+            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic.name!r}")
         self._meta.put(_TOPIC_KEY + topic.name.encode(), topic.encode())
         self._topics[topic.name] = topic
 

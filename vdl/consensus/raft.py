@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping, Sequence
 
-from vdl.backends.api import Entry, EntryType
+from vdl.backends.api import Buffer, Entry, EntryType
 from vdl.consensus.errors import (
     ConfigChangeRejected,
     NotLeader,
@@ -177,7 +177,7 @@ class RaftNode:
             self._start_campaign()
 
     def propose(
-        self, payloads: Sequence[bytes | bytearray], entry_type: EntryType = EntryType.DATA
+        self, payloads: Sequence[Buffer], entry_type: EntryType = EntryType.DATA
     ) -> tuple[int, int]:
         """Append entries on the leader; returns their (first, last) index in this term.
 

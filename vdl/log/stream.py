@@ -17,11 +17,12 @@ from dataclasses import dataclass
 
 import trio
 
-from vdl.backends.api import Entry, EntryType, LogStore
+from vdl.backends.api import Buffer, Entry, EntryType, LogStore
 from vdl.log.error_codes import ErrorCode
 from vdl.log.flusher import Flusher
 from vdl.log.producer_state import Accept, Duplicate, ProducerStateTable, Refuse
 from vdl.log.record_batch import BatchInfo, assign_offsets, parse_batch_header
+from vdl.log.ydb_mapping import YdbProducerTable
 
 # The term written with every entry while a stream has a single replica; Raft starts here.
 SINGLE_NODE_TERM = 1
@@ -66,6 +67,10 @@ class LogStream:
         self._watchers: set[trio.Event] = set()
         self.producers = ProducerStateTable()
         self._rebuild_producer_state()
+        self._ydb_producers: YdbProducerTable | None = None
+        # Set by attach_replication: a Raft group's driver decides commits, not the flusher.
+        self._replicated = False
+        self._truncated_waiters: set[trio.Event] = set()
 
     @property
     def store(self) -> LogStore:
@@ -97,8 +102,33 @@ class LogStream:
                 now,
             )
 
+    def ydb_producers(self) -> YdbProducerTable:
+        """The YDB producers' last seq_no table, rebuilt from the log on first use.
+
+        Lazily, unlike the Kafka table: it needs every record's headers, not just batch
+        headers, and most streams never see a YDB writer. Entries appended but not yet
+        committed count too, so a resent message is recognised while its first copy is
+        still being flushed (the writer then waits for that copy's commit before acking).
+        """
+        if self._ydb_producers is None:
+            table = YdbProducerTable()
+            offset = self._store.first_offset()
+            end = self._store.next_offset()
+            while offset < end:
+                batches = self._store.read_batches(offset, 4 << 20, self._store.last_index())
+                if not batches:
+                    break
+                table.scan(batches)
+                offset = parse_batch_header(batches[-1]).next_offset
+            self._ydb_producers = table
+        return self._ydb_producers
+
     def append(self, batch: memoryview | bytes, info: BatchInfo) -> Appended:
-        """Append one validated batch now (synchronously, so callers keep their order)."""
+        """Append one validated batch now (synchronously, so callers keep their order).
+
+        A writable memoryview is taken over: its offsets are stamped in place and the store
+        keeps it (the Kafka framing hands out writable views only of a frame's own buffer).
+        """
         if self._closed:
             raise StreamError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{self.name} is closed")
         verdict = self.producers.check(
@@ -113,9 +143,9 @@ class LogStream:
         now = self._clock_ms()
         base = self._store.next_offset()
         append_time = now if self._log_append_time else None
-        payload = assign_offsets(batch, base, SINGLE_NODE_TERM, append_time)
+        payload = assign_offsets(batch, base, SINGLE_NODE_TERM, append_time, in_place=True)
         index = self._store.last_index() + 1
-        self._store.append([Entry(SINGLE_NODE_TERM, index, EntryType.DATA, bytes(payload))])
+        self._store.append([Entry(SINGLE_NODE_TERM, index, EntryType.DATA, payload)])
         last = base + info.last_offset_delta
         self._uncommitted.append((index, last + 1))
         timestamp = now if append_time is not None else -1
@@ -133,7 +163,8 @@ class LogStream:
 
     def on_durable(self, index: int) -> None:
         # One replica: durable on the local disk is committed.
-        self.on_commit(index)
+        if not self._replicated:
+            self.on_commit(index)
 
     def on_commit(self, index: int) -> None:
         if index <= self._commit_index:
@@ -163,6 +194,11 @@ class LogStream:
         event = trio.Event()
         heapq.heappush(self._commit_waiters, (last_offset, next(self._waiter_seq), event))
         await event.wait()
+        if event in self._truncated_waiters:
+            self._truncated_waiters.discard(event)
+            raise StreamError(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{self.name}: a new leader replaced the entry"
+            )
         if last_offset >= self._high_watermark:
             raise StreamError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{self.name} was closed")
 
@@ -173,7 +209,7 @@ class LogStream:
     def unwatch(self, event: trio.Event) -> None:
         self._watchers.discard(event)
 
-    def read(self, offset: int, max_bytes: int) -> list[bytes | memoryview]:
+    def read(self, offset: int, max_bytes: int) -> list[Buffer]:
         """Committed batches from the one holding `offset`; out-of-range is the caller's check."""
         if offset >= self._high_watermark:
             return []
@@ -203,3 +239,57 @@ class LogStream:
         self._wake()
         await self._flusher.release(self)
         self._store.close()
+
+    # -- replication: a Raft group drives this stream (vdl/consensus/stream_replica.py) --
+
+    def attach_replication(self, view: LogStore, commit_index: int) -> None:
+        """From now on appends go through `view` (which proposes them to the group), and
+        only the group's `on_commit` moves the high watermark, starting at commit_index
+        (entries stored after it wait for the group to commit them)."""
+        self._replicated = True
+        self._store = view
+        self._commit_index = commit_index
+        self._high_watermark = view.first_offset()
+        self._uncommitted.clear()
+        for index, header in view.data_headers():
+            after = parse_batch_header(header).next_offset
+            if index <= commit_index:
+                self._high_watermark = after
+            else:
+                self._uncommitted.append((index, after))
+
+    def on_replicated(self, index: int, payload: Buffer) -> None:
+        """A follower stored the leader's DATA entry at `index` (not committed yet)."""
+        info = parse_batch_header(payload)
+        self._uncommitted.append((index, info.next_offset))
+        self.producers.record(
+            info.producer_id,
+            info.producer_epoch,
+            info.base_sequence,
+            info.last_offset_delta,
+            info.base_offset,
+            info.max_timestamp if info.timestamp_type else -1,
+            self._clock_ms(),
+        )
+
+    def on_truncated(self, from_index: int) -> int:
+        """Entries from `from_index` on will never commit (a new leader replaced them):
+        their producers fail with NOT_LEADER_OR_FOLLOWER. Returns the offset after the
+        last entry kept, where the next one (the new leader's) starts."""
+        while self._uncommitted and self._uncommitted[-1][0] >= from_index:
+            self._uncommitted.pop()
+        next_offset = self._uncommitted[-1][1] if self._uncommitted else self._high_watermark
+        kept = []
+        for waiter in self._commit_waiters:
+            if waiter[0] >= next_offset:
+                self._truncated_waiters.add(waiter[2])
+                waiter[2].set()
+            else:
+                kept.append(waiter)
+        heapq.heapify(kept)
+        self._commit_waiters = kept
+        # Sequences of the removed batches must be accepted again from the new leader.
+        self.producers = ProducerStateTable()
+        self._rebuild_producer_state()
+        self._ydb_producers = None
+        return next_offset

@@ -7,9 +7,18 @@ from collections.abc import Callable
 from vdl.net.kafka.apis.context import Pending, RequestContext, ready
 from vdl.net.kafka.apis.describe_configs import handle_describe_configs
 from vdl.net.kafka.apis.fetch import handle_fetch
+from vdl.net.kafka.apis.find_coordinator import handle_find_coordinator
+from vdl.net.kafka.apis.groups import (
+    handle_heartbeat,
+    handle_join_group,
+    handle_leave_group,
+    handle_sync_group,
+)
+from vdl.net.kafka.apis.groups_admin import handle_describe_groups, handle_list_groups
 from vdl.net.kafka.apis.init_producer_id import handle_init_producer_id
 from vdl.net.kafka.apis.list_offsets import handle_list_offsets
 from vdl.net.kafka.apis.metadata import handle_metadata
+from vdl.net.kafka.apis.offsets_commit import handle_offset_commit, handle_offset_fetch
 from vdl.net.kafka.apis.produce import handle_produce
 from vdl.net.kafka.apis.topics_admin import handle_create_topics, handle_delete_topics
 from vdl.net.kafka.control_codec import api_versions_response
@@ -38,6 +47,15 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.DELETE_TOPICS: handle_delete_topics,
     ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
     ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,
+    ApiKey.FIND_COORDINATOR: handle_find_coordinator,
+    ApiKey.JOIN_GROUP: handle_join_group,
+    ApiKey.SYNC_GROUP: handle_sync_group,
+    ApiKey.HEARTBEAT: handle_heartbeat,
+    ApiKey.LEAVE_GROUP: handle_leave_group,
+    ApiKey.OFFSET_COMMIT: handle_offset_commit,
+    ApiKey.OFFSET_FETCH: handle_offset_fetch,
+    ApiKey.LIST_GROUPS: handle_list_groups,
+    ApiKey.DESCRIBE_GROUPS: handle_describe_groups,
 }
 
 

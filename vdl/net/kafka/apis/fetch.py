@@ -34,7 +34,7 @@ def _collect(
         results: list[FetchPartitionResult] = []
         for part in topic.partitions:
             try:
-                stream = ctx.broker.stream(topic.name, part.partition)
+                stream = ctx.broker.leader_stream(topic.name, part.partition)
             except TopicError as exc:
                 errors = True
                 results.append(FetchPartitionResult(part.partition, int(exc.error), -1, -1, -1))

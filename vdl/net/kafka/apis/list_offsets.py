@@ -24,7 +24,7 @@ def handle_list_offsets(ctx: RequestContext) -> Pending:
         for part in topic.partitions:
             error, offset, timestamp = 0, -1, -1
             try:
-                stream = ctx.broker.stream(topic.name, part.partition_index)
+                stream = ctx.broker.leader_stream(topic.name, part.partition_index)
             except TopicError as exc:
                 error = int(exc.error)
             else:

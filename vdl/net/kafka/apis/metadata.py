@@ -1,4 +1,8 @@
-"""Metadata: this node as the only broker, leader and controller of every partition."""
+"""Metadata: the brokers, the controller and every partition's leader, replicas and ISR.
+
+On one node that node is all of them; on a cluster they come from the metadata group and
+the partition groups (a partition in an election answers LEADER_NOT_AVAILABLE).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ from typing import Any
 
 from kafka.protocol.metadata import MetadataResponse
 
+from vdl.broker.cluster_view import BrokerAddress
 from vdl.broker.topics import Topic, TopicError
 from vdl.log.error_codes import ErrorCode
 from vdl.net.kafka.apis.context import Pending, RequestContext, ready
@@ -17,25 +22,32 @@ _Partition = _Topic.MetadataResponsePartition
 NO_LEADER_EPOCH = -1
 
 
+def _partition_entry(ctx: RequestContext, topic: Topic, partition: int) -> Any:
+    cluster = ctx.broker.cluster
+    if cluster is None:
+        node = ctx.node.node_id
+        leader, replicas, isr = node, [node], [node]
+    else:
+        state = cluster.partition_state(topic.name, partition)
+        leader, replicas, isr = state.leader, list(state.replicas), list(state.isr)
+    return _Partition(
+        error_code=int(ErrorCode.LEADER_NOT_AVAILABLE) if leader < 0 else 0,
+        partition_index=partition,
+        leader_id=leader,
+        leader_epoch=NO_LEADER_EPOCH,
+        replica_nodes=replicas,
+        isr_nodes=isr,
+        offline_replicas=[],
+    )
+
+
 def _topic_entry(ctx: RequestContext, topic: Topic) -> Any:
-    node = ctx.node.node_id
     return _Topic(
         error_code=0,
         name=topic.name,
         topic_id=topic.topic_id,
         is_internal=False,
-        partitions=[
-            _Partition(
-                error_code=0,
-                partition_index=p,
-                leader_id=node,
-                leader_epoch=NO_LEADER_EPOCH,
-                replica_nodes=[node],
-                isr_nodes=[node],
-                offline_replicas=[],
-            )
-            for p in range(topic.partitions)
-        ],
+        partitions=[_partition_entry(ctx, topic, p) for p in range(topic.partitions)],
     )
 
 
@@ -60,18 +72,37 @@ def handle_metadata(ctx: RequestContext) -> Pending:
                 continue
             if topic is None:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                if auto_create and broker.cluster is not None and broker.auto_create_topics:
+                    # Being created through the metadata group: "retry shortly".
+                    code = ErrorCode.LEADER_NOT_AVAILABLE
                 topics.append(_Topic(error_code=int(code), name=name, partitions=[]))
             else:
                 topics.append(_topic_entry(ctx, topic))
+    brokers = [BrokerAddress(ctx.node.node_id, ctx.node.host, ctx.node.port)]
+    controller = ctx.node.node_id
+    cluster = broker.cluster
+    if cluster is not None:
+        # Until this node's own registration is applied, list it anyway: clients need a
+        # broker to talk to.
+        registered = cluster.kafka_brokers()
+        if any(b.node_id == ctx.node.node_id for b in registered):
+            brokers = registered
+        else:
+            brokers = [*registered, *brokers]
+        # Never an unknown id: clients send admin requests to it (and get NOT_CONTROLLER
+        # from a node that is not, then ask again).
+        if cluster.controller_id() in {b.node_id for b in brokers}:
+            controller = cluster.controller_id()
     response = MetadataResponse(
         throttle_time_ms=0,
         brokers=[
             MetadataResponse.MetadataResponseBroker(
-                node_id=ctx.node.node_id, host=ctx.node.host, port=ctx.node.port, rack=None
+                node_id=b.node_id, host=b.host, port=b.port, rack=None
             )
+            for b in brokers
         ],
         cluster_id=ctx.node.cluster_id,
-        controller_id=ctx.node.node_id,
+        controller_id=controller,
         topics=topics,
         version=ctx.version,
     )

@@ -38,7 +38,7 @@ def _append_one(ctx: RequestContext, slot: _Slot, records: memoryview | None, ve
         topic = broker.catalog.get(slot.topic)
         if topic is None:
             raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {slot.topic!r}")
-        stream = broker.stream(slot.topic, slot.partition)
+        stream = broker.leader_stream(slot.topic, slot.partition)
         if records is None:
             raise InvalidBatch(ErrorCode.INVALID_RECORD, "records are null")
         info = validate_produced_batch(

@@ -1,10 +1,12 @@
-"""CreateTopics and DeleteTopics."""
+"""CreateTopics and DeleteTopics (on a cluster: through the metadata group, on its leader)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from kafka.protocol.admin import CreateTopicsResponse, DeleteTopicsResponse
 
-from vdl.broker.topics import TopicError
+from vdl.broker.topics import TopicError, validate_configs, validate_topic_name
 from vdl.log.error_codes import ErrorCode
 from vdl.net.kafka.apis.context import Pending, RequestContext, Response, ready
 from vdl.net.kafka.control_codec import decode_request, encode_response
@@ -16,6 +18,8 @@ AVAILABLE_REPLICAS = 1
 def handle_create_topics(ctx: RequestContext) -> Pending:
     request = decode_request(ctx.header, ctx.frame)
     broker = ctx.broker
+    if broker.cluster is not None:
+        return _create_on_cluster(ctx, request)
     results = []
     for topic in request.topics:
         error: int = 0
@@ -54,6 +58,52 @@ def handle_create_topics(ctx: RequestContext) -> Pending:
     return ready(encode_response(ctx.header, response))
 
 
+def _create_on_cluster(ctx: RequestContext, request: Any) -> Pending:
+    cluster = ctx.broker.cluster
+    assert cluster is not None
+    header = ctx.header
+
+    async def finish() -> Response:
+        results = []
+        for topic in request.topics:
+            error, message = 0, None
+            partitions = topic.num_partitions
+            if partitions == -1:
+                partitions = ctx.broker.default_partitions
+            replication = topic.replication_factor
+            try:
+                if topic.assignments:
+                    raise TopicError(
+                        ErrorCode.INVALID_REQUEST, "manual replica assignment is not supported"
+                    )
+                configs = {c.name: c.value for c in topic.configs if c.value is not None}
+                if request.validate_only:
+                    validate_topic_name(topic.name)
+                    validate_configs(ctx.broker.config_specs, configs)
+                    if not cluster.is_controller():
+                        raise TopicError(ErrorCode.NOT_CONTROLLER, "not the controller")
+                else:
+                    await cluster.create_topic(topic.name, partitions, replication, configs)
+                if replication == -1:
+                    replication = min(3, cluster.node_count)
+            except TopicError as exc:
+                error, message = int(exc.error), str(exc)
+            results.append(
+                CreateTopicsResponse.CreatableTopicResult(
+                    name=topic.name,
+                    error_code=error,
+                    error_message=message,
+                    num_partitions=partitions if error == 0 else -1,
+                    replication_factor=replication if error == 0 else -1,
+                    configs=None,
+                )
+            )
+        response = CreateTopicsResponse(throttle_time_ms=0, topics=results, version=ctx.version)
+        return encode_response(header, response)
+
+    return finish
+
+
 def handle_delete_topics(ctx: RequestContext) -> Pending:
     request = decode_request(ctx.header, ctx.frame)
     header = ctx.header
@@ -64,7 +114,11 @@ def handle_delete_topics(ctx: RequestContext) -> Pending:
         for name in names:
             error, message = 0, None
             try:
-                await ctx.broker.delete_topic(name)
+                cluster = ctx.broker.cluster
+                if cluster is not None:
+                    await cluster.delete_topic(name)
+                else:
+                    await ctx.broker.delete_topic(name)
             except TopicError as exc:
                 error, message = int(exc.error), str(exc)
             results.append(

@@ -1,0 +1,142 @@
+"""Group drivers end to end: elections, replication, failover and restarts, on MockClock."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from tests.unit.consensus.driver_cluster import GROUP, DriverCluster, payload
+from vdl.backends.api import EntryType
+from vdl.consensus import NotLeader
+from vdl.consensus.hard_state_store import load_hard_state
+
+
+@pytest.fixture
+def clock() -> trio.testing.MockClock:
+    # Jump only once everything has been idle a moment, so fsync threads finish first.
+    return trio.testing.MockClock(autojump_threshold=0.002)
+
+
+@pytest.fixture
+async def cluster(
+    tmp_path: Path, clock: trio.testing.MockClock, nursery: trio.Nursery
+) -> AsyncIterator[DriverCluster]:
+    c = DriverCluster(tmp_path)
+    await c.start(nursery)
+    yield c
+    await c.stop()
+
+
+async def test_one_leader_is_elected_and_followers_know_it(cluster: DriverCluster) -> None:
+    leader = await cluster.wait_leader()
+    assert leader.driver is not None
+    with trio.fail_after(10):
+        while not all(
+            n.driver is not None and n.driver.leader_id == leader.node_id
+            for n in cluster.nodes.values()
+        ):
+            await trio.sleep(0.05)
+    assert leader.driver.in_contact() == frozenset({1, 2, 3})
+    follower = next(n for n in cluster.nodes.values() if n is not leader)
+    assert follower.driver is not None
+    with pytest.raises(NotLeader):
+        follower.driver.propose([payload(1, b"x")])
+
+
+async def test_entries_replicate_in_order_to_every_node(cluster: DriverCluster) -> None:
+    indexes = [await cluster.propose(b"v%d" % i) for i in range(30)]
+    await cluster.wait_applied(indexes[-1], [1, 2, 3])
+    logs = [n.machine.data() for n in cluster.nodes.values()]
+    assert logs[0] == logs[1] == logs[2]
+    assert len(logs[0]) == 30
+    # Followers heard of every leader entry as written; the leader of none of its own.
+    for node in cluster.nodes.values():
+        assert node.driver is not None
+        written = [e for e in node.machine.written if e.type == EntryType.DATA]
+        assert len(written) == (0 if node.driver.is_leader else 30)
+
+
+async def test_many_proposals_share_one_flush(cluster: DriverCluster) -> None:
+    leader = await cluster.wait_leader()
+    driver = leader.driver
+    assert driver is not None
+    first = last = 0
+    for i in range(50):
+        index, _ = driver.propose([payload(driver.next_index(), b"b%d" % i)])
+        first = first or index
+        last = index
+    await cluster.wait_applied(last, [1, 2, 3])
+    # All fifty went out in one Ready, so in a handful of appends (not fifty).
+    assert leader.store is not None and leader.store.last_index() >= last
+
+
+async def test_a_new_leader_takes_over_after_the_leader_dies(cluster: DriverCluster) -> None:
+    before = [await cluster.propose(b"a%d" % i) for i in range(10)]
+    old = await cluster.wait_leader()
+    assert old.driver is not None
+    old_term = old.driver.term
+    await cluster.wait_applied(before[-1], [1, 2, 3])
+    await old.stop()
+    new = await cluster.wait_leader()
+    assert new is not old and new.driver is not None and new.driver.term > old_term
+    after = [await cluster.propose(b"b%d" % i) for i in range(10)]
+    others = [n for n in cluster.nodes if n != old.node_id]
+    await cluster.wait_applied(after[-1], others)
+    expected = [payload(i, b"") for i in range(0)]
+    assert expected == []
+    values = cluster.nodes[others[0]].machine.data()
+    assert len(values) == 20
+    # The old leader comes back and catches up from its own disk plus the new leader.
+    async with trio.open_nursery() as nursery:
+        await old.start(nursery)
+        await cluster.wait_applied(after[-1], [old.node_id])
+        assert old.machine.data() == values
+        await old.stop()
+        old.store = None
+
+
+async def test_a_whole_cluster_restarts_from_disk(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
+    cluster = DriverCluster(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await cluster.start(nursery)
+        indexes = [await cluster.propose(b"r%d" % i) for i in range(15)]
+        await cluster.wait_applied(indexes[-1], [1, 2, 3])
+        terms = {i: n.driver.term for i, n in cluster.nodes.items() if n.driver is not None}
+        before = cluster.nodes[1].machine.data()
+        await cluster.stop()
+    for node in cluster.nodes.values():
+        from vdl.backends.registry import open_meta_store
+
+        meta = open_meta_store(node.directory / "meta")
+        assert load_hard_state(meta, GROUP).term == terms[node.node_id]
+        meta.close()
+    async with trio.open_nursery() as nursery:
+        await cluster.start(nursery)
+        leader = await cluster.wait_leader()
+        assert leader.driver is not None and leader.driver.term > max(terms.values())
+        index = await cluster.propose(b"after")
+        await cluster.wait_applied(index, [1, 2, 3])
+        for node in cluster.nodes.values():
+            # Applied again from the start of the log (applied=None), then the new entry.
+            assert node.machine.data()[: len(before)] == before
+        await cluster.stop()
+
+
+async def test_a_partitioned_follower_catches_up(cluster: DriverCluster) -> None:
+    leader = await cluster.wait_leader()
+    cut = next(i for i in cluster.nodes if i != leader.node_id)
+    cluster.net.isolated.add(cut)
+    indexes = [await cluster.propose(b"p%d" % i) for i in range(20)]
+    live = [i for i in cluster.nodes if i != cut]
+    await cluster.wait_applied(indexes[-1], live)
+    await trio.sleep(2)
+    cluster.net.isolated.clear()
+    last = await cluster.propose(b"healed")
+    await cluster.wait_applied(last, [1, 2, 3])
+    assert cluster.nodes[cut].machine.data() == cluster.nodes[live[0]].machine.data()

@@ -1,0 +1,57 @@
+"""What the broker and the front ends need to know about the cluster, when there is one.
+
+Implemented by `vdl.cluster.manager.ClusterManager`; None on a one-node cluster, where this
+node is the only broker, leader and controller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from vdl.broker.topics import Topic
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerAddress:
+    node_id: int
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    leader: int  # -1 while unknown (an election is running, or not hosted here)
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+class ClusterView(Protocol):
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def node_count(self) -> int: ...
+
+    def kafka_brokers(self) -> list[BrokerAddress]: ...
+
+    def controller_id(self) -> int:
+        """The metadata group's leader, or -1 while there is none."""
+        ...
+
+    def is_controller(self) -> bool: ...
+
+    def is_leader(self, topic: str, partition: int) -> bool: ...
+
+    def partition_state(self, topic: str, partition: int) -> PartitionState: ...
+
+    def request_topic(self, name: str) -> None:
+        """Auto-creation: ask the metadata group for the topic, without waiting."""
+        ...
+
+    async def create_topic(
+        self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str]
+    ) -> Topic: ...
+
+    async def delete_topic(self, name: str) -> None: ...

@@ -1,0 +1,50 @@
+"""What a group driver tells the thing it replicates for (a log stream, the metadata).
+
+The driver owns the Raft log's store: it writes what the core hands it and reports here.
+Entries this node proposed itself are not reported by `on_written` (the proposer knew them
+first); everything else that lands in or leaves the log is, so the machine can keep
+offsets and producer state in step with the log on followers too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from vdl.backends.api import Entry
+
+
+class StateMachine(Protocol):
+    def on_written(self, entries: Sequence[Entry]) -> None:
+        """Entries from a leader were appended to the store (not yet durable/committed)."""
+        ...
+
+    def on_truncated(self, from_index: int) -> None:
+        """Entries from `from_index` on were removed, or will never be written: they were
+        not committed and never will be (including this node's own proposals)."""
+        ...
+
+    def apply(self, entries: Sequence[Entry]) -> None:
+        """Entries are committed and durable here, in index order, each exactly once per
+        process (after a restart, from the driver's `applied` point on)."""
+        ...
+
+    def on_role_change(self, leader_id: int, term: int, is_leader: bool) -> None:
+        """The known leader or this node's role changed."""
+        ...
+
+
+class NullMachine:
+    """A machine that ignores everything (tests, groups whose log is the product)."""
+
+    def on_written(self, entries: Sequence[Entry]) -> None:
+        pass
+
+    def on_truncated(self, from_index: int) -> None:
+        pass
+
+    def apply(self, entries: Sequence[Entry]) -> None:
+        pass
+
+    def on_role_change(self, leader_id: int, term: int, is_leader: bool) -> None:
+        pass

@@ -1,0 +1,45 @@
+"""Multi-raft routing: inbound messages go to the driver of their group on this node."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Protocol
+
+from vdl.consensus.frames import Inbound
+from vdl.consensus.messages import Message
+
+log = logging.getLogger(__name__)
+
+
+class Inbox(Protocol):
+    def deliver(self, message: Message) -> None: ...
+
+
+class GroupRouter:
+    def __init__(self) -> None:
+        self._groups: dict[int, Inbox] = {}
+        self.unrouted = 0
+        # Takes commands other nodes forward to the metadata group's leader.
+        self.on_forward: Callable[[bytes], None] | None = None
+
+    def add(self, group_id: int, inbox: Inbox) -> None:
+        if group_id in self._groups:
+            raise ValueError(f"group {group_id} is already running here")
+        self._groups[group_id] = inbox
+
+    def remove(self, group_id: int) -> None:
+        self._groups.pop(group_id, None)
+
+    def deliver(self, group_id: int, message: Inbound) -> None:
+        if isinstance(message, bytes):
+            if self.on_forward is not None:
+                self.on_forward(message)
+            return
+        inbox = self._groups.get(group_id)
+        if inbox is None:
+            # A group not started here yet (its creation is still being applied) or
+            # already deleted: the sender retries, so dropping is enough.
+            self.unrouted += 1
+            return
+        inbox.deliver(message)
