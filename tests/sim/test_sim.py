@@ -1,8 +1,9 @@
 """Randomised, deterministic cluster runs checking Raft's safety and liveness properties.
 
 A failure message starts with the seed; replay it with `run_one(seed, ...)` and the same
-arguments (the test id shows them). The default suite runs a few dozen seeds; `-m slow`
-runs hundreds more, longer.
+arguments (the test id shows them; for the quick seeds, `run_quick(seed)`). The default
+suite runs a few dozen long seeds plus 2,000 short ones (a few fault events each, many
+starting states); `-m slow` runs hundreds more, longer.
 """
 
 from __future__ import annotations
@@ -36,6 +37,33 @@ def run_one(
     sim = Simulation(seed, voters, n_spares=spares, faults=faults, options=options)
     sim.run(chaos_time=chaos_time, heal_time=10_000)
     return sim
+
+
+QUICK_SEEDS = range(100_000, 102_000)
+QUICK_CHUNK = 50
+
+
+def run_quick(seed: int) -> Simulation:
+    """A short chaos run; the seed also picks the shape (3 or 5 voters, membership
+    changes, or neither pre-vote nor check-quorum)."""
+    shape = seed % 4
+    faults = FaultProfile(fault_every=100, membership_weight=3 if shape == 2 else 0)
+    sim = Simulation(
+        seed,
+        5 if shape == 1 else 3,
+        n_spares=2 if shape == 2 else 0,
+        faults=faults,
+        options=PLAIN if shape == 3 else None,
+    )
+    sim.run(chaos_time=2_000, heal_time=10_000)
+    return sim
+
+
+@pytest.mark.parametrize("start", range(QUICK_SEEDS.start, QUICK_SEEDS.stop, QUICK_CHUNK))
+def test_quick_seeds(start: int) -> None:
+    # Chunks keep the per-test overhead of pytest small next to 2,000 short runs.
+    for seed in range(start, start + QUICK_CHUNK):
+        run_quick(seed)
 
 
 @pytest.mark.parametrize("seed", range(16))

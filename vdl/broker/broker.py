@@ -167,6 +167,7 @@ class Broker:
         )
         if validate_only:
             return topic
+        self._refuse_on_cluster()
         for partition in range(partitions):
             # Leftovers of a topic deleted while the node was down must not come back.
             shutil.rmtree(self._stream_dir(name, partition), ignore_errors=True)
@@ -190,6 +191,7 @@ class Broker:
     def update_topic(self, topic: Topic) -> None:
         """Persist new consumers/codecs/attributes/configs of an existing topic. Settings the
         open streams were built with (retention, segment size) apply from the next start."""
+        self._refuse_on_cluster()
         current = self.catalog.get(topic.name)
         if current is None:
             raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic.name!r}")
@@ -198,7 +200,15 @@ class Broker:
         validate_configs(self.config_specs, topic.configs)
         self.catalog.update(topic)
 
+    def _refuse_on_cluster(self) -> None:
+        # Topics of a cluster change only through the metadata group (ClusterView).
+        if self.cluster is not None:
+            raise TopicError(
+                ErrorCode.INVALID_REQUEST, "on a cluster, topics change through Kafka admin APIs"
+            )
+
     async def delete_topic(self, name: str) -> None:
+        self._refuse_on_cluster()
         topic = self.catalog.remove(name)
         for partition in range(topic.partitions):
             stream = self._streams.pop((name, partition))

@@ -100,12 +100,14 @@ class TestNode:
     machine: Recorder = field(default_factory=Recorder)
     scope: trio.CancelScope | None = None
     done: trio.Event = field(default_factory=trio.Event)
+    flusher: Flusher = field(default_factory=Flusher)
 
     async def start(self, nursery: trio.Nursery) -> None:
         self.store = open_log_store("segment", self.directory / "log", LogStoreOptions())
         self.meta = open_meta_store(self.directory / "meta")
         self.machine = Recorder()
         flusher = Flusher()
+        self.flusher = flusher
         router = GroupRouter()
         self.driver = GroupDriver(
             GROUP,

@@ -11,6 +11,7 @@ import trio.testing
 
 from tests.unit.consensus.driver_cluster import GROUP, DriverCluster, payload
 from vdl.backends.api import EntryType
+from vdl.backends.registry import open_meta_store
 from vdl.consensus import NotLeader
 from vdl.consensus.hard_state_store import load_hard_state
 
@@ -64,14 +65,15 @@ async def test_many_proposals_share_one_flush(cluster: DriverCluster) -> None:
     leader = await cluster.wait_leader()
     driver = leader.driver
     assert driver is not None
-    first = last = 0
+    await cluster.wait_applied(driver.commit_index, [1, 2, 3])
+    flushes = leader.flusher.flushes
+    last = 0
     for i in range(50):
-        index, _ = driver.propose([payload(driver.next_index(), b"b%d" % i)])
-        first = first or index
-        last = index
+        last, _ = driver.propose([payload(driver.next_index(), b"b%d" % i)])
     await cluster.wait_applied(last, [1, 2, 3])
-    # All fifty went out in one Ready, so in a handful of appends (not fifty).
-    assert leader.store is not None and leader.store.last_index() >= last
+    # Proposed between two turns of the loop, all fifty went into one Ready: one append
+    # and one fsync on the leader (a tick may add a heartbeat-only turn, nothing more).
+    assert leader.flusher.flushes - flushes <= 2
 
 
 async def test_a_new_leader_takes_over_after_the_leader_dies(cluster: DriverCluster) -> None:
@@ -86,8 +88,6 @@ async def test_a_new_leader_takes_over_after_the_leader_dies(cluster: DriverClus
     after = [await cluster.propose(b"b%d" % i) for i in range(10)]
     others = [n for n in cluster.nodes if n != old.node_id]
     await cluster.wait_applied(after[-1], others)
-    expected = [payload(i, b"") for i in range(0)]
-    assert expected == []
     values = cluster.nodes[others[0]].machine.data()
     assert len(values) == 20
     # The old leader comes back and catches up from its own disk plus the new leader.
@@ -111,8 +111,6 @@ async def test_a_whole_cluster_restarts_from_disk(
         before = cluster.nodes[1].machine.data()
         await cluster.stop()
     for node in cluster.nodes.values():
-        from vdl.backends.registry import open_meta_store
-
         meta = open_meta_store(node.directory / "meta")
         assert load_hard_state(meta, GROUP).term == terms[node.node_id]
         meta.close()

@@ -1,0 +1,218 @@
+"""Three real node processes on loopback replicating a topic, driven by confluent-kafka:
+the partition's leader is killed with SIGKILL under an acks=all producer, a new leader takes
+over, every acknowledged message is readable at the offset it was acknowledged with, and
+the killed node comes back and catches up."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from tests.integration.node_process import NodeProcess, free_port
+
+TOPIC = "replicated"
+
+
+class Cluster:
+    def __init__(self, root: Path, size: int = 3) -> None:
+        raft_ports = {i: free_port() for i in range(1, size + 1)}
+        peers = ",".join(f"{i}=127.0.0.1:{p}" for i, p in raft_ports.items())
+        self.nodes = {
+            i: NodeProcess(
+                root / f"node{i}",
+                "--node-id",
+                str(i),
+                "--peers",
+                peers,
+                "--raft-tick-ms",
+                "50",
+                "--shutdown-grace-ms",
+                "5000",
+            )
+            for i in raft_ports
+        }
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.bootstrap for n in self.nodes.values() if n.alive())
+
+    def start(self) -> None:
+        for node in self.nodes.values():
+            node.start()
+
+    def stop(self) -> None:
+        for node in self.nodes.values():
+            if node.alive():
+                try:
+                    node.stop(30)
+                except Exception:
+                    node.kill()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path)
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+
+
+def _metadata(bootstrap: str) -> object:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return admin.list_topics(timeout=10)
+
+
+def _wait_for_leader(cluster: Cluster, topic: str, exclude: int | None = None) -> int:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            md = _metadata(cluster.bootstrap)
+            part = md.topics[topic].partitions[0]  # type: ignore[attr-defined]
+            if part.leader > 0 and part.leader != exclude and part.error is None:
+                return int(part.leader)
+        except (KafkaException, KeyError):
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"no leader for {topic}")
+
+
+def _create_topic(cluster: Cluster) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        futures = admin.create_topics([NewTopic(TOPIC, num_partitions=1, replication_factor=3)])
+        try:
+            futures[TOPIC].result(timeout=30)
+            return
+        except KafkaException:
+            # The metadata group may still be electing its first leader.
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def _read_all(
+    bootstrap: str, topic: str, expected: int, timeout: float = 60
+) -> list[tuple[int, bytes]]:
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "verify", "enable.auto.commit": False}
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        out: list[tuple[int, bytes]] = []
+        deadline = time.monotonic() + timeout
+        while len(out) < expected and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error() is not None:
+                continue
+            offset, value = msg.offset(), msg.value()
+            assert offset is not None and value is not None
+            out.append((offset, value))
+        return out
+    finally:
+        consumer.close()
+
+
+def test_metadata_lists_every_node_and_the_partitions_replicas(cluster: Cluster) -> None:
+    _create_topic(cluster)
+    leader = _wait_for_leader(cluster, TOPIC)
+    deadline = time.monotonic() + 30
+    while True:
+        md = _metadata(cluster.nodes[1].bootstrap)
+        brokers = {b.id: f"{b.host}:{b.port}" for b in md.brokers.values()}  # type: ignore[attr-defined]
+        if len(brokers) == 3 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert brokers == {i: n.bootstrap for i, n in cluster.nodes.items()}
+    part = md.topics[TOPIC].partitions[0]  # type: ignore[attr-defined]
+    assert sorted(part.replicas) == [1, 2, 3]
+    assert part.leader == leader
+
+
+def test_acked_messages_survive_killing_the_leader(cluster: Cluster) -> None:
+    _create_topic(cluster)
+    leader = _wait_for_leader(cluster, TOPIC)
+    acked: dict[bytes, int] = {}
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def on_delivery(err: object, msg: object) -> None:
+        with lock:
+            if err is None:
+                acked[msg.value()] = msg.offset()  # type: ignore[attr-defined]
+            else:
+                errors.append(str(err))
+
+    producer = Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "message.timeout.ms": 60000,
+            "topic.metadata.refresh.interval.ms": 1000,
+        }
+    )
+    sent = 0
+
+    def produce(count: int) -> None:
+        nonlocal sent
+        for _ in range(count):
+            value = b"m%06d" % sent
+            sent += 1
+            while True:
+                try:
+                    producer.produce(TOPIC, value=value, on_delivery=on_delivery)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            producer.poll(0)
+            time.sleep(0.001)
+
+    produce(300)
+    producer.flush(30)
+    assert len(acked) == 300, errors[:3]
+    # Kill the leader while more messages are in flight.
+    produce(200)
+    cluster.nodes[leader].kill()
+    produce(300)
+    new_leader = _wait_for_leader(cluster, TOPIC, exclude=leader)
+    assert new_leader != leader
+    produce(200)
+    remaining = producer.flush(60)
+    assert remaining == 0, f"{remaining} messages still unacknowledged; errors {errors[:3]}"
+    assert not errors, errors[:3]
+    assert len(acked) == sent == 1000
+    # Every acked message sits exactly at its acknowledged offset (idempotence: no dups).
+    survivors = ",".join(n.bootstrap for n in cluster.nodes.values() if n.alive())
+    read = _read_all(survivors, TOPIC, len(acked))
+    by_offset = dict(read)
+    for value, offset in acked.items():
+        assert by_offset.get(offset) == value, (value, offset)
+    assert [o for o, _ in read] == list(range(len(read)))
+    # The killed node restarts and rejoins: the leader hears from every replica again.
+    cluster.nodes[leader].start()
+    deadline = time.monotonic() + 60
+    while True:
+        md = _metadata(cluster.nodes[new_leader].bootstrap)
+        part = md.topics[TOPIC].partitions[0]  # type: ignore[attr-defined]
+        if part.leader == new_leader and sorted(part.isrs) == [1, 2, 3]:
+            break
+        assert time.monotonic() < deadline, "restarted node did not rejoin"
+        time.sleep(0.3)
+    # Stop the others: the restarted node and one more must hold everything.
+    other = next(i for i in cluster.nodes if i not in (leader, new_leader))
+    cluster.nodes[new_leader].stop(30)
+    _wait_for_leader(cluster, TOPIC, exclude=new_leader)
+    both = ",".join(cluster.nodes[i].bootstrap for i in (leader, other))
+    again = dict(_read_all(both, TOPIC, len(acked)))
+    for value, offset in acked.items():
+        assert again.get(offset) == value, (value, offset)

@@ -1,0 +1,139 @@
+"""The raft transport on loopback: framing, one shared connection, reconnects, overflow."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+import trio
+
+from vdl.backends.api import Entry, EntryType
+from vdl.consensus.frames import FrameError, FrameReader, encode_frame
+from vdl.consensus.messages import AppendEntries, Heartbeat, Message
+from vdl.consensus.router import GroupRouter
+from vdl.consensus.transport import RaftTransport
+
+
+class Box:
+    def __init__(self) -> None:
+        self.got: list[Message] = []
+
+    def deliver(self, message: Message) -> None:
+        self.got.append(message)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_frames_split_anywhere_decode_the_same() -> None:
+    entries = (Entry(3, 5, EntryType.DATA, b"payload"),)
+    messages: list[Message] = [AppendEntries(1, 2, 3, 4, 3, 2, entries), Heartbeat(1, 2, 3, 4)]
+    data = b"".join(encode_frame(10 + i, m) for i, m in enumerate(messages))
+    for cut in range(len(data)):
+        reader = FrameReader()
+        got = reader.feed(data[:cut]) + reader.feed(data[cut:])
+        assert got == [(10, messages[0]), (11, messages[1])]
+
+
+def test_a_garbage_frame_is_an_error() -> None:
+    with pytest.raises(FrameError):
+        FrameReader().feed(b"\x00\x00\x00\x01" + b"\x00" * 16)
+
+
+class Node:
+    def __init__(self, node_id: int, ports: dict[int, int]) -> None:
+        self.router = GroupRouter()
+        self.boxes = {g: Box() for g in (1, 2)}
+        for group, box in self.boxes.items():
+            self.router.add(group, box)
+        peers = {n: ("127.0.0.1", p) for n, p in ports.items()}
+        self.transport = RaftTransport(node_id, ("127.0.0.1", ports[node_id]), peers, self.router)
+        self.scope = trio.CancelScope()
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        async def run(task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+            with self.scope:
+                await self.transport.serve(task_status=task_status)
+
+        await nursery.start(run)
+
+
+async def _until(predicate: object, timeout: float = 10.0) -> None:
+    assert callable(predicate)
+    with trio.fail_after(timeout):
+        while not predicate():
+            await trio.sleep(0.01)
+
+
+async def test_messages_of_many_groups_flow_both_ways_over_one_connection() -> None:
+    ports = {1: free_port(), 2: free_port(), 3: free_port()}
+    nodes = {i: Node(i, ports) for i in ports}
+    async with trio.open_nursery() as nursery:
+        for node in nodes.values():
+            await node.start(nursery)
+        for node in nodes.values():
+            for link in node.transport.links.values():
+                with trio.fail_after(10):
+                    await link.wait_connected()
+        for src in nodes:
+            for dst in nodes:
+                if src != dst:
+                    for group in (1, 2):
+                        nodes[src].transport.send(group, Heartbeat(src, dst, group, 0))
+        await _until(lambda: all(len(b.got) == 2 for n in nodes.values() for b in n.boxes.values()))
+        for node_id, node in nodes.items():
+            for group, box in node.boxes.items():
+                assert {m.src for m in box.got} == set(ports) - {node_id}
+                assert all(m.term == group for m in box.got)
+        # One connection per pair: the higher id never dialled.
+        assert all(
+            link.connects == 1 for n in nodes.values() for link in n.transport.links.values()
+        )
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_restarted_peer_is_reconnected() -> None:
+    ports = {1: free_port(), 2: free_port()}
+    a, b = Node(1, ports), Node(2, ports)
+    async with trio.open_nursery() as nursery:
+        await a.start(nursery)
+        await b.start(nursery)
+        await a.transport.links[2].wait_connected()
+        b.scope.cancel()
+        await _until(lambda: not a.transport.links[2].connected)
+        # While the peer is gone, sends are dropped at once rather than blocking.
+        for i in range(100):
+            a.transport.send(1, Heartbeat(1, 2, 1, i))
+        assert a.transport.links[2].dropped >= 100
+        b = Node(2, ports)
+        await b.start(nursery)
+        await _until(lambda: a.transport.links[2].connected and b.transport.links[1].connected)
+        a.transport.send(1, Heartbeat(1, 2, 1, 999))
+        b.transport.send(2, Heartbeat(2, 1, 2, 998))
+        await _until(lambda: b.boxes[1].got and a.boxes[2].got)
+        assert b.boxes[1].got[-1] == Heartbeat(1, 2, 1, 999)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_full_queue_drops_instead_of_blocking() -> None:
+    ports = {1: free_port(), 2: free_port()}
+    a = Node(1, ports)
+    # Node 2 accepts the connection but never reads: its socket buffers fill up.
+    listener = trio.socket.socket()
+    await listener.bind(("127.0.0.1", ports[2]))
+    listener.listen()
+    async with trio.open_nursery() as nursery:
+        await a.start(nursery)
+        conn, _ = await listener.accept()
+        await a.transport.links[2].wait_connected()
+        big = AppendEntries(1, 2, 1, 0, 0, 0, (Entry(1, 1, EntryType.NOOP, b"x" * 60_000),))
+        with trio.fail_after(5):
+            for _ in range(20_000):
+                a.transport.send(1, big)
+        assert a.transport.links[2].dropped > 0
+        nursery.cancel_scope.cancel()
+    conn.close()
+    listener.close()
