@@ -1,0 +1,426 @@
+"""``vdl``: the command line for topics, produce/consume and cluster status.
+
+Every command talks to one node through :mod:`vdl.client`. Exit codes: 0 success, 1 the
+server refused or failed the request, 2 bad arguments, 3 the node cannot be reached,
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, BinaryIO, TextIO
+
+import trio
+
+from vdl.client import (
+    Client,
+    ClientError,
+    ConnectError,
+    WriterSettings,
+    connect,
+)
+from vdl.client.connection import DEFAULT_DATABASE, DEFAULT_ENDPOINT, Endpoint
+from vdl.client.errors import YdbStatusError
+
+EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 1, 2, 3, 130
+_CHUNK = 1 << 20
+_PROGRESS_EVERY_S = 1.0
+
+Command = Callable[[Client, argparse.Namespace], Coroutine[Any, Any, int]]
+
+
+class UsageError(Exception):
+    pass
+
+
+# -- output helpers -------------------------------------------------------------------------
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]], out: TextIO) -> None:
+    cells = [[str(c) for c in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    for row in [list(headers), *cells]:
+        out.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n")
+
+
+def human_bytes(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def _retention_ms(hours: float | None) -> int | None:
+    if hours is None:
+        return None
+    if hours <= 0:
+        raise UsageError("--retention-hours must be positive")
+    return int(hours * 3600 * 1000)
+
+
+# -- topic commands -------------------------------------------------------------------------
+
+
+async def topic_create(client: Client, args: argparse.Namespace) -> int:
+    if args.partitions < 1:
+        raise UsageError("--partitions must be at least 1")
+    await client.admin.create_topic(
+        args.topic,
+        partitions=args.partitions,
+        consumers=args.consumer or [],
+        retention_ms=_retention_ms(args.retention_hours),
+        retention_storage_mb=args.retention_mb,
+    )
+    print(f"created topic {args.topic} ({args.partitions} partition(s))")
+    return 0
+
+
+async def topic_describe(client: Client, args: argparse.Namespace) -> int:
+    info = await client.admin.describe_topic(args.topic)
+    retention = "default" if info.retention_ms is None else f"{info.retention_ms / 3.6e6:g} h"
+    print(f"topic:      {info.name}")
+    print(f"retention:  {retention}")
+    if info.retention_storage_mb:
+        print(f"size limit: {info.retention_storage_mb} MB per partition")
+    print(f"codecs:     {', '.join(map(str, info.supported_codecs)) or 'any'}")
+    print(f"consumers:  {', '.join(info.consumers) or '-'}")
+    print()
+    table(
+        ["PARTITION", "NODE", "START", "END", "MESSAGES", "SIZE"],
+        [
+            (
+                p.partition,
+                p.node_id,
+                p.start_offset,
+                p.end_offset,
+                p.end_offset - p.start_offset,
+                human_bytes(p.size_bytes),
+            )
+            for p in info.partitions
+        ],
+        sys.stdout,
+    )
+    return 0
+
+
+async def topic_alter(client: Client, args: argparse.Namespace) -> int:
+    if not (
+        args.add_consumer
+        or args.drop_consumer
+        or args.retention_hours is not None
+        or args.retention_mb is not None
+    ):
+        raise UsageError("nothing to alter: give --add-consumer, --drop-consumer or --retention-*")
+    await client.admin.alter_topic(
+        args.topic,
+        add_consumers=args.add_consumer or [],
+        drop_consumers=args.drop_consumer or [],
+        retention_ms=_retention_ms(args.retention_hours),
+        retention_storage_mb=args.retention_mb,
+    )
+    print(f"altered topic {args.topic}")
+    return 0
+
+
+async def topic_drop(client: Client, args: argparse.Namespace) -> int:
+    await client.admin.drop_topic(args.topic)
+    print(f"dropped topic {args.topic}")
+    return 0
+
+
+async def topic_list(client: Client, args: argparse.Namespace) -> int:
+    for name in await client.admin.list_topics():
+        print(name)
+    return 0
+
+
+# -- produce / consume ----------------------------------------------------------------------
+
+
+class Progress:
+    """Rate on stderr: rewritten in place on a terminal, one line per update otherwise."""
+
+    def __init__(self, verb: str, quiet: bool) -> None:
+        self.verb = verb
+        self.quiet = quiet
+        self.count = 0
+        self.started = time.monotonic()
+        self._last = self.started
+        self._tty = sys.stderr.isatty()
+
+    def add(self, n: int) -> None:
+        self.count += n
+        now = time.monotonic()
+        if not self.quiet and now - self._last >= _PROGRESS_EVERY_S:
+            self._last = now
+            self._print(now, final=False)
+
+    def done(self) -> None:
+        if not self.quiet:
+            self._print(time.monotonic(), final=True)
+
+    def _print(self, now: float, *, final: bool) -> None:
+        elapsed = max(now - self.started, 1e-9)
+        rate = self.count / elapsed
+        text = f"{self.verb} {self.count} messages in {elapsed:.1f} s ({rate:,.0f} msg/s)"
+        end = "\n" if final or not self._tty else ""
+        sys.stderr.write(("\r" if self._tty else "") + text + end)
+        sys.stderr.flush()
+
+
+async def produce(client: Client, args: argparse.Namespace) -> int:
+    settings = WriterSettings(producer_id=args.producer_id, partition_id=args.partition)
+    progress = Progress("produced", args.quiet)
+    source: BinaryIO = sys.stdin.buffer if args.file in (None, "-") else open(args.file, "rb")
+    try:
+        async with client.writer(args.topic, settings) as writer:
+            rest = b""
+            # A worker thread per read: stdin cannot be read without blocking the loop.
+            while chunk := await trio.to_thread.run_sync(source.read, _CHUNK):
+                lines = (rest + chunk).split(b"\n")
+                rest = lines.pop()
+                if lines:
+                    await writer.write([line.removesuffix(b"\r") for line in lines])
+                    progress.add(len(lines))
+            if rest:
+                await writer.write(rest.removesuffix(b"\r"))
+                progress.add(1)
+            await writer.flush()
+    finally:
+        if source is not sys.stdin.buffer:
+            source.close()
+    progress.done()
+    return 0
+
+
+async def consume(client: Client, args: argparse.Namespace) -> int:
+    if not args.consumer:
+        raise UsageError(
+            "--consumer is required: the node serves reads through a consumer registered with "
+            "the topic (vdl topic alter TOPIC --add-consumer NAME)"
+        )
+    start_from: Any = args.start_from
+    if start_from not in ("earliest", "latest", "committed"):
+        try:
+            start_from = int(start_from)
+        except ValueError:
+            raise UsageError("--from must be earliest, latest, committed or an offset") from None
+        if start_from < 0:
+            raise UsageError("--from OFFSET must not be negative")
+    if start_from == "committed":
+        start_from = None
+    if args.count is not None and args.count < 1:
+        raise UsageError("--count must be at least 1")
+    progress = Progress("consumed", args.quiet or args.count is None)
+    out = sys.stdout.buffer
+    async with client.reader(args.topic, args.consumer, start_from=start_from) as reader:
+        while args.count is None or progress.count < args.count:
+            try:
+                batch = await reader.receive_batch(timeout=args.idle_timeout)
+            except TimeoutError:
+                break
+            if args.count is not None:
+                batch = batch.head(args.count - progress.count)
+            out.write(b"".join(m.data + b"\n" for m in batch.messages))
+            out.flush()
+            if not args.no_commit:
+                await reader.commit(batch)
+            progress.add(len(batch.messages))
+    progress.done()
+    return 0
+
+
+# -- cluster status -------------------------------------------------------------------------
+
+NOT_EXPOSED = (
+    "Not exposed by the node yet: replica sets and Raft state (followers, terms, in-sync "
+    "replicas), per-node health and load, replication lag. NODE is the node serving the "
+    "partition (DescribeTopic partition_node_id); LAG is END minus the consumer's committed "
+    "offset."
+)
+
+
+async def cluster_status(client: Client, args: argparse.Namespace) -> int:
+    admin = client.admin
+    nodes = await admin.list_nodes()
+    print("NODES")
+    table(
+        ["ID", "ADDRESS", "TLS", "LOCATION"],
+        [(n.node_id, f"{n.host}:{n.port}", "yes" if n.tls else "no", n.location) for n in nodes],
+        sys.stdout,
+    )
+    partition_rows: list[tuple[object, ...]] = []
+    consumer_rows: list[tuple[object, ...]] = []
+    names = await admin.list_topics()
+    for name in names:
+        info = await admin.describe_topic(name)
+        for p in info.partitions:
+            partition_rows.append(
+                (
+                    name,
+                    p.partition,
+                    p.node_id,
+                    p.start_offset,
+                    p.end_offset,
+                    human_bytes(p.size_bytes),
+                )
+            )
+        for consumer in info.consumers:
+            described = await admin.describe_consumer(name, consumer)
+            for cp in described.partitions:
+                consumer_rows.append(
+                    (name, consumer, cp.partition, cp.committed_offset, cp.end_offset, cp.lag)
+                )
+    total_partitions = len(partition_rows)
+    print(f"\nTOPICS ({len(names)} topics, {total_partitions} partitions)")
+    table(["TOPIC", "PARTITION", "NODE", "START", "END", "SIZE"], partition_rows, sys.stdout)
+    print("\nCONSUMERS")
+    table(["TOPIC", "CONSUMER", "PARTITION", "COMMITTED", "END", "LAG"], consumer_rows, sys.stdout)
+    print(f"\n{NOT_EXPOSED}")
+    return 0
+
+
+# -- argument parsing -----------------------------------------------------------------------
+
+
+def _common_options(parser: argparse.ArgumentParser) -> None:
+    # SUPPRESS: the options may come before or after the subcommand without the
+    # subcommand's defaults overwriting what was given before it.
+    group = parser.add_argument_group("connection")
+    sup = argparse.SUPPRESS
+    group.add_argument(
+        "--endpoint",
+        default=sup,
+        help=f"grpc[s]://HOST:PORT (default: $VDL_ENDPOINT or {DEFAULT_ENDPOINT})",
+    )
+    group.add_argument("--database", default=sup, help=f"default: {DEFAULT_DATABASE}")
+    group.add_argument("--ca-file", default=sup, help="PEM CA bundle to trust for grpcs://")
+    group.add_argument("--user", default=sup, help="log in with this user")
+    group.add_argument("--password", default=sup, help="password (default: $VDL_PASSWORD)")
+    group.add_argument(
+        "--timeout", type=float, default=sup, help="seconds to wait for the node (default 10)"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    _common_options(common)
+    parser = argparse.ArgumentParser(prog="vdl", description="VDL command line", parents=[common])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    topic = commands.add_parser("topic", help="create, describe, alter, drop, list topics")
+    topics = topic.add_subparsers(dest="topic_command", required=True, metavar="ACTION")
+    create = topics.add_parser("create", parents=[common], help="create a topic")
+    create.add_argument("topic")
+    create.add_argument("--partitions", type=int, default=1)
+    create.add_argument("--consumer", action="append", help="register a consumer (repeatable)")
+    create.add_argument("--retention-hours", type=float)
+    create.add_argument("--retention-mb", type=int, help="size limit per partition")
+    create.set_defaults(parser=create, run=topic_create)
+    describe = topics.add_parser("describe", parents=[common], help="partitions and consumers")
+    describe.add_argument("topic")
+    describe.set_defaults(parser=describe, run=topic_describe)
+    alter = topics.add_parser("alter", parents=[common], help="consumers and retention")
+    alter.add_argument("topic")
+    alter.add_argument("--add-consumer", action="append")
+    alter.add_argument("--drop-consumer", action="append")
+    alter.add_argument("--retention-hours", type=float)
+    alter.add_argument("--retention-mb", type=int)
+    alter.set_defaults(parser=alter, run=topic_alter)
+    drop = topics.add_parser("drop", parents=[common], help="delete a topic and its data")
+    drop.add_argument("topic")
+    drop.set_defaults(parser=drop, run=topic_drop)
+    listing = topics.add_parser("list", parents=[common], help="topic names")
+    listing.set_defaults(parser=listing, run=topic_list)
+
+    prod = commands.add_parser("produce", parents=[common], help="write lines as messages")
+    prod.add_argument("topic")
+    prod.add_argument("--file", help="read lines from this file (default: stdin)")
+    prod.add_argument("--producer-id", help="dedup identity (default: random)")
+    prod.add_argument("--partition", type=int, help="write to this partition")
+    prod.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    prod.set_defaults(parser=prod, run=produce)
+
+    cons = commands.add_parser("consume", parents=[common], help="print messages, one a line")
+    cons.add_argument("topic")
+    cons.add_argument("--consumer", help="the consumer to read (and commit) as")
+    cons.add_argument(
+        "--from",
+        dest="start_from",
+        default="committed",
+        metavar="earliest|latest|committed|OFFSET",
+        help="where partitions start (default: the consumer's committed offset)",
+    )
+    cons.add_argument("--count", type=int, help="stop after N messages")
+    cons.add_argument("--idle-timeout", type=float, help="stop after S seconds without data")
+    cons.add_argument("--no-commit", action="store_true", help="do not commit what was printed")
+    cons.add_argument("--quiet", action="store_true", help="no summary on stderr")
+    cons.set_defaults(parser=cons, run=consume)
+
+    cluster = commands.add_parser("cluster", help="cluster introspection")
+    clusters = cluster.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
+    status = clusters.add_parser("status", parents=[common], help="nodes, partitions, lag")
+    status.set_defaults(parser=status, run=cluster_status)
+    return parser
+
+
+async def _run(command: Command, args: argparse.Namespace) -> int:
+    async with connect(
+        args.endpoint,
+        database=args.database,
+        ca_file=args.ca_file,
+        user=args.user,
+        password=args.password,
+        connect_timeout=args.timeout,
+        fail_fast=True,
+    ) as client:
+        return await command(client, args)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    env = os.environ
+    defaults = {
+        "endpoint": env.get("VDL_ENDPOINT", DEFAULT_ENDPOINT),
+        "database": DEFAULT_DATABASE,
+        "ca_file": None,
+        "user": None,
+        "password": env.get("VDL_PASSWORD"),
+        "timeout": 10.0,
+    }
+    for name, value in defaults.items():
+        if not hasattr(args, name):
+            setattr(args, name, value)
+    try:
+        Endpoint.parse(args.endpoint)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if args.ca_file is not None and not os.path.isfile(args.ca_file):
+        parser.error(f"--ca-file {args.ca_file}: no such file")
+    try:
+        code = trio.run(_run, args.run, args)
+    except UsageError as exc:
+        args.parser.error(str(exc))
+    except ConnectError as exc:
+        print(f"vdl: {exc}", file=sys.stderr)
+        code = EXIT_UNREACHABLE
+    except YdbStatusError as exc:
+        print(f"vdl: {exc}", file=sys.stderr)
+        code = EXIT_FAILED
+    except (ClientError, OSError) as exc:
+        print(f"vdl: {exc}", file=sys.stderr)
+        code = EXIT_FAILED
+    except KeyboardInterrupt:
+        code = EXIT_INTERRUPTED
+    raise SystemExit(code)
+
+
+if __name__ == "__main__":
+    main()
