@@ -189,3 +189,38 @@ async def test_shutdown_grace_cancels_stuck_calls(autojump_clock: trio.testing.M
             start = trio.current_time()
             await server.shutdown(grace=5)
             assert trio.current_time() - start == pytest.approx(5)
+
+
+async def test_error_raised_with_a_cancellation_ends_only_that_call(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    started = trio.Event()
+
+    async def fails_when_cancelled(stream: ServerStream, context: ServerContext) -> None:
+        async def child() -> None:
+            try:
+                await trio.sleep_forever()
+            finally:
+                # Cleanup that fails while the call is being cancelled: the handler's
+                # nursery then raises a group of Cancelled and this error.
+                raise ValueError("cleanup failed")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(child)
+            started.set()
+            await trio.sleep_forever()
+
+    server = GrpcServer()
+    server.add_stream("/t.S/Fragile", fails_when_cancelled)
+    server.add_unary("/t.S/Echo", lambda request, context: _echo(request))
+    async with open_memory_channel(server) as channel:
+        async with channel.stream("/t.S/Fragile") as call:
+            await call.send(b"x")
+            await started.wait()
+            await call.cancel()
+        # The connection, and the server, still serve the next call.
+        assert await channel.unary("/t.S/Echo", b"again") == b"again"
+
+
+async def _echo(request: bytes) -> bytes:
+    return request

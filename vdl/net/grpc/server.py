@@ -187,18 +187,25 @@ class _ServerConnection(ConnectionDriver):
         context = call.context
         status, message = StatusCode.OK, ""
         try:
-            with call.scope:
-                try:
-                    if method.kind == "unary":
-                        await self._run_unary(call, method.handler)  # type: ignore[arg-type]
-                    else:
-                        await method.handler(ServerStream(call), context)  # type: ignore[arg-type]
-                    status, message = context.status, context.status_message
-                except GrpcError as exc:
-                    status, message = exc.status, exc.message
-                except Exception as exc:
-                    logger.exception("handler for %s failed", context.method)
-                    status, message = StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"
+            try:
+                with call.scope:
+                    try:
+                        if method.kind == "unary":
+                            await self._run_unary(call, method.handler)  # type: ignore[arg-type]
+                        else:
+                            await method.handler(ServerStream(call), context)  # type: ignore[arg-type]
+                        status, message = context.status, context.status_message
+                    except GrpcError as exc:
+                        status, message = exc.status, exc.message
+                    except Exception as exc:
+                        logger.exception("handler for %s failed", context.method)
+                        status, message = StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"
+            except Exception as exc:
+                # An error raised together with this call's cancellation (a group holding
+                # both) gets past the handler's except clauses once the scope has taken
+                # its Cancelled out; it must still end only this call.
+                logger.exception("handler for %s failed while cancelled", context.method)
+                status, message = StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"
             if call.failure is not None:
                 # Whatever the handler made of it, the request stream was broken.
                 status, message = call.failure
