@@ -1,7 +1,8 @@
-"""The two places where we deliberately step around h2 4.x behaviour.
+"""The three places where we deliberately step around h2 4.x behaviour.
 
-Tested with h2 4.4.1 / hyperframe 6.1.0; ``tests/unit/grpc/test_h2_workarounds.py`` pins both
-so an h2 upgrade that changes them fails loudly instead of silently slowing or breaking us.
+Tested with h2 4.4.1 / hpack 4.2.0 / hyperframe 6.1.0. ``tests/unit/grpc/test_h2_workarounds.py``
+pins those versions and the stream limit, ``test_grpc_connection.py`` the other two, so an h2
+upgrade that changes them fails loudly instead of silently slowing or breaking us.
 
 1. **DATA frame repr cost.** ``H2Connection._receive_frame`` calls
    ``logger.trace("Received frame: %s", repr(frame))`` for every frame: the ``repr`` runs
@@ -23,16 +24,26 @@ so an h2 upgrade that changes them fails loudly instead of silently slowing or b
    connection open on a NO_ERROR GOAWAY and only reports it; the gRPC connection then
    refuses to open new streams. The *sending* side of a graceful GOAWAY is done in
    ``connection.py`` by writing the frame ourselves, for the same reason.
+
+3. **A stream beyond MAX_CONCURRENT_STREAMS.** h2 raises ``TooManyStreamsError``, a
+   connection error, so one client opening one stream too many would end every call on its
+   connection. RFC 9113 §5.1.2 makes it a stream error (PROTOCOL_ERROR or REFUSED_STREAM),
+   and REFUSED_STREAM tells the client the request was not processed and may be retried.
+   :class:`DrainableH2Connection` answers exactly that stream with RST_STREAM
+   (REFUSED_STREAM). Its header block is still decoded, because the HPACK table is shared
+   by the whole connection and skipping a block would corrupt every later one.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from h2.connection import H2Connection
+from h2.connection import ConnectionInputs, H2Connection, _decode_headers
 from h2.errors import ErrorCodes
 from h2.events import ConnectionTerminated
-from hyperframe.frame import DataFrame, Frame, GoAwayFrame
+from h2.exceptions import ProtocolError, StreamIDTooLowError, TooManyStreamsError
+from h2.stream import StreamClosedBy
+from hyperframe.frame import DataFrame, Frame, GoAwayFrame, HeadersFrame, RstStreamFrame
 
 
 def _data_frame_body_repr(self: DataFrame) -> str:
@@ -45,7 +56,31 @@ def install_cheap_data_frame_repr() -> None:
 
 
 class DrainableH2Connection(H2Connection):
-    """An H2Connection that survives a graceful (NO_ERROR) GOAWAY from its peer."""
+    """An H2Connection that survives a graceful (NO_ERROR) GOAWAY from its peer and refuses
+    single streams over the concurrency limit instead of failing the connection."""
+
+    def _receive_headers_frame(self, frame: HeadersFrame) -> tuple[list[Frame], list[Any]]:
+        try:
+            result: tuple[list[Frame], list[Any]] = super()._receive_headers_frame(frame)
+            return result
+        except TooManyStreamsError:
+            # Raised before h2 touched any state (the check comes first).
+            pass
+        _decode_headers(self.decoder, frame.data)
+        self.state_machine.process_input(ConnectionInputs.RECV_HEADERS)
+        stream_id = frame.stream_id
+        # Not a valid new stream of the peer's: the connection errors h2 reports for them.
+        if stream_id % 2 != (0 if self.config.client_side else 1):
+            raise ProtocolError(f"stream {stream_id} cannot be opened by the peer")
+        if stream_id <= self.highest_inbound_stream_id:
+            raise StreamIDTooLowError(stream_id, self.highest_inbound_stream_id)
+        self.highest_inbound_stream_id = stream_id
+        # Later frames of this stream (DATA in flight) then get h2's own treatment of a
+        # stream we reset: RST_STREAM back, connection flow control still accounted.
+        self._closed_streams[stream_id] = StreamClosedBy.SEND_RST_STREAM
+        refuse = RstStreamFrame(stream_id)
+        refuse.error_code = ErrorCodes.REFUSED_STREAM
+        return [refuse], []
 
     def _receive_goaway_frame(self, frame: GoAwayFrame) -> tuple[list[Frame], list[Any]]:
         if frame.error_code != ErrorCodes.NO_ERROR:
