@@ -8,13 +8,16 @@ server refused or failed the request, 2 bad arguments, 3 the node cannot be reac
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
 from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
 import trio
+from google.protobuf.struct_pb2 import Struct
 
 from vdl.client import (
     Client,
@@ -25,6 +28,17 @@ from vdl.client import (
 )
 from vdl.client.connection import DEFAULT_DATABASE, DEFAULT_ENDPOINT, Endpoint
 from vdl.client.errors import YdbStatusError
+from vdl.net.ydb.acl_admin import ENVELOPE as ACL_ENVELOPE
+from vdl.net.ydb.acl_admin import SERVICE as ACL_SERVICE
+from vdl.security.acl import CLUSTER_NAME, AclEntry, AclError, Operation, normalize_principal
+from vdl.security.commands import (
+    read_new_password,
+    user_add,
+    user_list,
+    user_passwd,
+    user_remove,
+)
+from vdl.security.users import UsersFileError
 
 EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 1, 2, 3, 130
 _CHUNK = 1 << 20
@@ -286,6 +300,110 @@ async def cluster_status(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
+# -- security: users (offline, on the users file) and ACLs (through the node) ---------------
+
+
+def run_user_command(args: argparse.Namespace) -> int:
+    try:
+        if args.user_command == "list":
+            for name in user_list(args.users_file):
+                print(name)
+            return 0
+        if args.user_command == "remove":
+            print(user_remove(args.users_file, args.name))
+            return 0
+        password = read_new_password(args.password_stdin)
+        change = user_add if args.user_command == "add" else user_passwd
+        print(change(args.users_file, args.name, password))
+        return 0
+    except UsersFileError as exc:
+        print(f"vdl: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _acl_entry(args: argparse.Namespace) -> dict[str, str]:
+    kinds = [k for k in ("topic", "group") if getattr(args, k) is not None]
+    if args.cluster:
+        kinds.append("cluster")
+    if len(kinds) != 1:
+        raise UsageError("give exactly one of --topic, --group, --cluster")
+    name = CLUSTER_NAME if args.cluster else getattr(args, kinds[0])
+    try:
+        principal = normalize_principal(args.principal)
+    except AclError as exc:
+        raise UsageError(str(exc)) from None
+    return {
+        "principal": principal,
+        "resource_type": kinds[0],
+        "resource_name": name,
+        "operation": args.operation,
+        "permission": "deny" if args.deny else "allow",
+        "pattern": "prefixed" if args.prefixed else "literal",
+    }
+
+
+async def _acl_call(client: Client, method: str, request: Struct) -> Any:
+    return await client.connection.unary(ACL_SERVICE + method, request, ACL_ENVELOPE, Struct)
+
+
+async def acl_change(client: Client, args: argparse.Namespace) -> int:
+    entry = _acl_entry(args)
+    request = Struct()
+    request.update({"entry": entry})
+    method = "AddAcl" if args.acl_command == "add" else "RemoveAcl"
+    result = await _acl_call(client, method, request)
+    changed = bool(result["changed"]) if result is not None else False
+    verb = {"add": ("added", "already present"), "remove": ("removed", "not present")}
+    done, same = verb[args.acl_command]
+    print(f"{done if changed else same}: {AclEntry.from_json(json.dumps(entry)).describe()}")
+    return 0
+
+
+async def acl_list(client: Client, args: argparse.Namespace) -> int:
+    result = await _acl_call(client, "ListAcls", Struct())
+    rows = []
+    for raw in result["entries"] if result is not None else []:
+        entry = AclEntry.from_json(json.dumps(dict(raw)))
+        name = entry.resource_name + ("*" if entry.pattern == "prefixed" else "")
+        rows.append([entry.principal, entry.permission, entry.operation, entry.resource_type, name])
+    table(["PRINCIPAL", "PERMISSION", "OPERATION", "RESOURCE", "NAME"], rows, sys.stdout)
+    return 0
+
+
+def _security_commands(commands: Any, common: argparse.ArgumentParser) -> None:
+    user = commands.add_parser("user", help="add, remove, passwd users (edits the users file)")
+    users = user.add_subparsers(dest="user_command", required=True, metavar="ACTION")
+    for action, text in (
+        ("add", "add a user"),
+        ("passwd", "set a user's password"),
+        ("remove", "remove a user"),
+        ("list", "user names"),
+    ):
+        sub = users.add_parser(action, help=text)
+        sub.add_argument("--users-file", type=Path, required=True, help="the node's users file")
+        if action != "list":
+            sub.add_argument("name")
+        if action in ("add", "passwd"):
+            sub.add_argument(
+                "--password-stdin", action="store_true", help="read the password from stdin"
+            )
+        sub.set_defaults(parser=sub, offline=True)
+    acl = commands.add_parser("acl", help="add, remove, list ACLs (through the node)")
+    acls = acl.add_subparsers(dest="acl_command", required=True, metavar="ACTION")
+    for action, text in (("add", "grant (or --deny) an operation"), ("remove", "drop an entry")):
+        sub = acls.add_parser(action, parents=[common], help=text)
+        sub.add_argument("--principal", required=True, help="User:NAME, NAME or *")
+        sub.add_argument("--topic", help="a topic (or prefix with --prefixed; * for all)")
+        sub.add_argument("--group", help="a consumer group / YDB consumer")
+        sub.add_argument("--cluster", action="store_true", help="the cluster itself")
+        sub.add_argument("--operation", required=True, choices=[str(op) for op in Operation])
+        sub.add_argument("--prefixed", action="store_true", help="the name is a prefix")
+        sub.add_argument("--deny", action="store_true", help="a DENY entry (wins over ALLOW)")
+        sub.set_defaults(parser=sub, run=acl_change)
+    listing = acls.add_parser("list", parents=[common], help="every entry")
+    listing.set_defaults(parser=listing, run=acl_list)
+
+
 # -- argument parsing -----------------------------------------------------------------------
 
 
@@ -367,6 +485,7 @@ def build_parser() -> argparse.ArgumentParser:
     clusters = cluster.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
     status = clusters.add_parser("status", parents=[common], help="nodes, partitions, lag")
     status.set_defaults(parser=status, run=cluster_status)
+    _security_commands(commands, common)
     return parser
 
 
@@ -386,6 +505,8 @@ async def _run(command: Command, args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "offline", False):
+        raise SystemExit(run_user_command(args))
     env = os.environ
     defaults = {
         "endpoint": env.get("VDL_ENDPOINT", DEFAULT_ENDPOINT),

@@ -112,7 +112,7 @@ async def test_writer_numbering_continues_for_the_same_producer(node: NodeProces
 async def test_login_failures_surface_and_good_credentials_work(tmp_path: Path) -> None:
     users = tmp_path / "users"
     users.write_text("alice:secret\n")
-    with NodeProcess(tmp_path / "data", "--users", str(users)) as node:
+    with NodeProcess(tmp_path / "data", "--users", str(users), "--superusers", "alice") as node:
         endpoint = f"grpc://{node.grpc_address}"
         async with vdl.client.connect(endpoint, user="alice", password="wrong") as client:
             with pytest.raises(YdbStatusError, match="UNAUTHORIZED"):

@@ -364,7 +364,8 @@ def auth_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]
     base = tmp_path_factory.mktemp("ydb-auth")
     users = base / "users"
     users.write_text(f"# test users\nalice:wonderland\nbob:{hash_password('builder')}\n")
-    with NodeProcess(base / "data", "--users", str(users)) as node:
+    # Superusers: these tests are about authentication; ACLs are test_security_*'s.
+    with NodeProcess(base / "data", "--users", str(users), "--superusers", "alice,bob") as node:
         yield node
 
 

@@ -1,14 +1,12 @@
-"""Static credentials: a users file, ``Ydb.Auth.V1/Login``, and the token every call carries.
+"""Static credentials for YDB: ``Ydb.Auth.V1/Login``, the token every call carries, and the
+per-call authorization against the node's ACLs.
 
-The users file has one ``user:password`` per line (``#`` starts a comment, blank lines are
-ignored). The password may be stored hashed as ``pbkdf2_sha256$<iterations>$<salt hex>$<hash
-hex>`` (see :func:`hash_password`); anything else is compared as plain text.
-
+Users live in the node's one user store (:mod:`vdl.security.users`, shared with Kafka SASL).
 Tokens are ``v1.<user b64>.<expiry ms>.<HMAC-SHA256 b64>``, signed with a per-node secret
-kept in the MetaStore, so they survive a restart and cannot be forged without it. The SDK
-refreshes its token every few minutes and treats it as valid for 30 minutes; our lifetime is
-longer (12 h) so long-lived streams, which re-authenticate only hourly through
-UpdateTokenRequest, are not cut off.
+kept in the MetaStore, so they survive a restart and cannot be forged without it. Their
+lifetime is configurable (``token-lifetime-ms``, 12 h by default: the SDK refreshes its token
+every few minutes, but open streams only renew through UpdateTokenRequest, hourly). A stream
+whose token expires without renewal ends with UNAUTHORIZED (:class:`StreamAuth`).
 """
 
 from __future__ import annotations
@@ -16,66 +14,54 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import os
+import logging
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
+
+import trio
 
 from vdl.backends.api import MetaStore
 from vdl.net.grpc import ServerContext
 from vdl.net.ydb.operation import StatusIds, YdbError
 from vdl.net.ydb.protos import ydb_auth_pb2
+from vdl.security.acl import Operation, ResourceType
+from vdl.security.sasl import principal_of
+from vdl.security.service import Security
+from vdl.security.throttle import host_of
+from vdl.security.users import (
+    User,
+    UsersFileError,
+    UserStore,
+    hash_password,
+    parse_users,
+    read_users_file,
+)
+
+__all__ = [
+    "AUTH_TICKET_HEADER",
+    "Authenticator",
+    "StreamAuth",
+    "TokenSigner",
+    "UsersFileError",
+    "hash_password",
+    "load_users",
+    "parse_users",
+    "ticket",
+]
+
+log = logging.getLogger(__name__)
 
 AUTH_TICKET_HEADER = "x-ydb-auth-ticket"
 TOKEN_LIFETIME_MS = 12 * 3600 * 1000
 _SECRET_KEY = b"ydb/auth/token-secret"
-_PBKDF2 = "pbkdf2_sha256"
+# An expiring stream re-checks at least this often, in case its token was replaced.
+_EXPIRY_POLL_S = 60.0
 
 
-class UsersFileError(Exception):
-    pass
-
-
-def hash_password(password: str, *, iterations: int = 200_000, salt: bytes | None = None) -> str:
-    """The hashed form of ``password`` for a users file."""
-    salt = salt if salt is not None else os.urandom(16)
-    digest = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
-    return f"{_PBKDF2}${iterations}${salt.hex()}${digest.hex()}"
-
-
-def _password_matches(stored: str, given: str) -> bool:
-    if stored.startswith(_PBKDF2 + "$"):
-        try:
-            _, iterations, salt, expected = stored.split("$")
-            digest = hashlib.pbkdf2_hmac(
-                "sha256", given.encode(), bytes.fromhex(salt), int(iterations)
-            )
-        except ValueError:
-            return False
-        return hmac.compare_digest(digest.hex(), expected)
-    return hmac.compare_digest(stored.encode(), given.encode())
-
-
-def parse_users(text: str) -> dict[str, str]:
-    users: dict[str, str] = {}
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        user, sep, password = line.partition(":")
-        if not sep or not user:
-            raise UsersFileError(f"line {number}: expected user:password")
-        users[user] = password
-    return users
-
-
-def load_users(path: Path) -> dict[str, str]:
-    try:
-        return parse_users(path.read_text())
-    except OSError as exc:
-        raise UsersFileError(f"cannot read users file {path}: {exc}") from None
+def load_users(path: Any) -> dict[str, User]:
+    return read_users_file(path)
 
 
 def _b64(data: bytes) -> str:
@@ -84,6 +70,16 @@ def _b64(data: bytes) -> str:
 
 def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    user: str
+    expires_ms: int
+
+    @property
+    def principal(self) -> str:
+        return principal_of(self.user)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,67 +101,154 @@ class TokenSigner:
         body = f"v1.{_b64(user.encode())}.{now_ms + lifetime_ms}"
         return f"{body}.{self._mac(body)}"
 
-    def verify(self, token: str, now_ms: int) -> str:
-        """The token's user; raises YdbError UNAUTHORIZED if forged, malformed or expired."""
+    def identify(self, token: str, now_ms: int) -> Identity:
+        """Raises YdbError UNAUTHORIZED if the token is forged, malformed or expired."""
         body, _, mac = token.rpartition(".")
         parts = body.split(".")
         if len(parts) != 3 or parts[0] != "v1" or not hmac.compare_digest(mac, self._mac(body)):
             raise YdbError(StatusIds.UNAUTHORIZED, "invalid auth token")
         try:
-            user = _unb64(parts[1]).decode()
-            expires = int(parts[2])
+            identity = Identity(_unb64(parts[1]).decode(), int(parts[2]))
         except ValueError:
             raise YdbError(StatusIds.UNAUTHORIZED, "invalid auth token") from None
-        if now_ms >= expires:
+        if now_ms >= identity.expires_ms:
             raise YdbError(StatusIds.UNAUTHORIZED, "auth token expired; log in again")
-        return user
+        return identity
+
+    def verify(self, token: str, now_ms: int) -> str:
+        return self.identify(token, now_ms).user
+
+
+UsersArg = UserStore | Mapping[str, User] | Mapping[str, str] | None
+
+
+def _store(users: UsersArg) -> UserStore | None:
+    if users is None or isinstance(users, UserStore):
+        return users
+    if all(isinstance(v, User) for v in users.values()):
+        return UserStore({k: v for k, v in users.items() if isinstance(v, User)})
+    return UserStore.from_passwords({k: str(v) for k, v in users.items()})
 
 
 class Authenticator:
-    """Checks ``x-ydb-auth-ticket``; with no users configured, everyone is anonymous."""
+    """Checks ``x-ydb-auth-ticket`` and ACLs; with no users configured, everyone is let in."""
 
     def __init__(
-        self, users: Mapping[str, str] | None, signer: TokenSigner, clock_ms: Callable[[], int]
+        self,
+        users: UsersArg,
+        signer: TokenSigner,
+        clock_ms: Callable[[], int],
+        *,
+        security: Security | None = None,
+        token_lifetime_ms: int = TOKEN_LIFETIME_MS,
     ) -> None:
-        self.users = dict(users) if users is not None else None
+        self.users = _store(users)
         self.signer = signer
         self._clock_ms = clock_ms
+        self.security = security if security is not None else Security(users=self.users)
+        self.token_lifetime_ms = token_lifetime_ms
 
     @property
     def enabled(self) -> bool:
         return self.users is not None
 
-    def check_token(self, token: str | None) -> str:
-        """The authenticated user ("" when auth is off); raises YdbError UNAUTHORIZED."""
+    def now_ms(self) -> int:
+        return self._clock_ms()
+
+    def identify(self, token: str | None) -> Identity | None:
+        """Who the token belongs to (None when auth is off); raises YdbError UNAUTHORIZED."""
         if self.users is None:
-            return ""
+            return None
         if not token:
             raise YdbError(
                 StatusIds.UNAUTHORIZED, f"authentication required ({AUTH_TICKET_HEADER})"
             )
-        user = self.signer.verify(token, self._clock_ms())
-        if user not in self.users:
-            raise YdbError(StatusIds.UNAUTHORIZED, f"user {user!r} no longer exists")
-        return user
+        identity = self.signer.identify(token, self._clock_ms())
+        if identity.user not in self.users:
+            raise YdbError(StatusIds.UNAUTHORIZED, f"user {identity.user!r} no longer exists")
+        return identity
+
+    def check_token(self, token: str | None) -> str:
+        """The authenticated user ("" when auth is off); raises YdbError UNAUTHORIZED."""
+        identity = self.identify(token)
+        return "" if identity is None else identity.user
 
     def authorize(self, context: ServerContext) -> str:
         return self.check_token(ticket(context))
 
-    def login(self, user: str, password: str) -> str:
-        stored = None if self.users is None else self.users.get(user)
-        # Compare even for unknown users, so timing does not reveal which names exist.
-        if not _password_matches(stored if stored is not None else "\0", password):
+    def require(
+        self,
+        identity: Identity | None,
+        operation: Operation,
+        resource_type: ResourceType,
+        name: str,
+    ) -> None:
+        """Raise YdbError UNAUTHORIZED unless the ACLs allow it."""
+        principal = None if identity is None else identity.principal
+        if not self.security.authorizer.allowed(principal, operation, resource_type, name):
+            raise YdbError(
+                StatusIds.UNAUTHORIZED,
+                f"{principal or 'anonymous'} may not {operation} {resource_type} {name!r}",
+            )
+
+    def may_create_topic(self, identity: Identity | None, name: str) -> None:
+        principal = None if identity is None else identity.principal
+        if not self.security.authorizer.may_create_topic(principal, name):
+            raise YdbError(StatusIds.UNAUTHORIZED, f"{principal} may not create topic {name!r}")
+
+    def allowed(self, identity: Identity | None, operation: Operation, name: str) -> bool:
+        principal = None if identity is None else identity.principal
+        return self.security.authorizer.topic(principal, operation, name)
+
+    def login(self, user: str, password: str, peer: str = "") -> str:
+        """A token for valid credentials; raises YdbError UNAUTHORIZED (also when throttled)."""
+        store = self.users
+        throttle = self.security.throttle
+        host = host_of(peer) if peer else ""
+        if store is not None and host and throttle.retry_after(host) > 0:
+            log.warning("Login from %s refused: too many failed logins", peer)
+            raise YdbError(StatusIds.UNAUTHORIZED, "too many failed logins; retry later")
+        if store is not None and not store.verify_password(user, password):
+            if host:
+                throttle.failed(host)
+            log.warning("Login from %s failed for user %r", peer or "?", user)
             raise YdbError(StatusIds.UNAUTHORIZED, "invalid user or password")
-        if stored is None:
-            raise YdbError(StatusIds.UNAUTHORIZED, "invalid user or password")
-        return self.signer.issue(user, self._clock_ms())
+        return self.signer.issue(user, self._clock_ms(), self.token_lifetime_ms)
 
     async def handle_login(self, request: Any, context: ServerContext) -> Any:
-        if self.users is None:
-            # Without a users file there is nothing to check; hand out a token anyway so
-            # clients configured with static credentials still work.
-            return ydb_auth_pb2.LoginResult(token=self.signer.issue(request.user, self._clock_ms()))
-        return ydb_auth_pb2.LoginResult(token=self.login(request.user, request.password))
+        # The pbkdf2 check takes tens of milliseconds: keep it off the event loop.
+        token = await trio.to_thread.run_sync(
+            self.login, request.user, request.password, context.peer
+        )
+        return ydb_auth_pb2.LoginResult(token=token)
+
+
+class StreamAuth:
+    """A topic stream's identity: renewed by UpdateTokenRequest, enforced until expiry."""
+
+    def __init__(self, auth: Authenticator, context: ServerContext) -> None:
+        self._auth = auth
+        self.identity = auth.identify(ticket(context))
+
+    def update(self, token: str) -> None:
+        if not self._auth.enabled:
+            return
+        identity = self._auth.identify(token)
+        assert identity is not None
+        if self.identity is not None and identity.user != self.identity.user:
+            raise YdbError(StatusIds.UNAUTHORIZED, "a stream cannot change its user")
+        self.identity = identity
+
+    async def watch_expiry(self) -> None:
+        """Raise YdbError UNAUTHORIZED once the current token has expired."""
+        while self.identity is not None:
+            left_ms = self.identity.expires_ms - self._auth.now_ms()
+            if left_ms <= 0:
+                raise YdbError(
+                    StatusIds.UNAUTHORIZED, "auth token expired; renew it (UpdateTokenRequest)"
+                )
+            await trio.sleep(min(left_ms / 1000, _EXPIRY_POLL_S))
+        await trio.sleep_forever()
 
 
 def ticket(context: ServerContext) -> str | None:

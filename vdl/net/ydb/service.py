@@ -6,7 +6,7 @@ cannot silently make a method UNIMPLEMENTED (which the SDK retries forever).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -16,7 +16,9 @@ from vdl.backends.api import MetaStore
 from vdl.broker.broker import Broker
 from vdl.groups.offsets import OffsetStore
 from vdl.net.grpc import GrpcServer, ServerContext, ServerStream
-from vdl.net.ydb.auth import Authenticator, TokenSigner
+from vdl.net.ydb import acl_admin
+from vdl.net.ydb.access import filter_listing, guarded
+from vdl.net.ydb.auth import TOKEN_LIFETIME_MS, Authenticator, TokenSigner, UsersArg
 from vdl.net.ydb.discovery import DiscoveryService, Endpoint
 from vdl.net.ydb.offsets import ConsumerOffsets
 from vdl.net.ydb.operation import unary
@@ -34,6 +36,7 @@ from vdl.net.ydb.scheme import SchemeService
 from vdl.net.ydb.topic_admin import TopicAdmin
 from vdl.net.ydb.topic_read import ReadService
 from vdl.net.ydb.topic_write import WriteSession
+from vdl.security.service import Security
 
 
 def method_path(module: Any, service: str, method: str) -> str:
@@ -52,14 +55,22 @@ class YdbFrontEnd:
         *,
         database: str,
         node_id: int,
-        users: Mapping[str, str] | None,
+        users: UsersArg,
         clock_ms: Callable[[], int],
+        security: Security | None = None,
+        token_lifetime_ms: int = TOKEN_LIFETIME_MS,
     ) -> None:
         self.database = database
         self.node_id = node_id
         # Set when the node stops: stream sessions drain and ask their clients to reconnect.
         self.stopping = trio.Event()
-        self.auth = Authenticator(users, TokenSigner.from_meta(meta), clock_ms)
+        self.auth = Authenticator(
+            users,
+            TokenSigner.from_meta(meta),
+            clock_ms,
+            security=security,
+            token_lifetime_ms=token_lifetime_ms,
+        )
         self.offsets = ConsumerOffsets(offset_store, clock_ms)
         self._broker = broker
         self._clock_ms = clock_ms
@@ -131,7 +142,7 @@ class YdbFrontEnd:
             "ListDirectory",
             ydb_scheme_pb2.ListDirectoryRequest,
             ydb_scheme_pb2.ListDirectoryResponse,
-            self.scheme.list_directory,
+            filter_listing(self.scheme.list_directory, self.auth),
         )
         admin = self.admin
         for method, request, response, handler in (
@@ -168,7 +179,9 @@ class YdbFrontEnd:
                 admin.update_offsets_in_transaction,
             ),
         ):
-            add(ydb_topic_v1_pb2, "TopicService", method, request, response, handler)
+            checked = guarded(method, handler, self.auth, self.database)
+            add(ydb_topic_v1_pb2, "TopicService", method, request, response, checked)
+        acl_admin.register(server, self.auth, self.auth.security.acls)
         server.add_stream(
             method_path(ydb_topic_v1_pb2, "TopicService", "StreamWrite"), self._stream_write
         )

@@ -93,6 +93,10 @@ class TopicAdmin:
         # Tells live read sessions that consumers or the topic itself changed.
         self._on_topic_changed = on_topic_changed
 
+    def name_of(self, path: str) -> str:
+        """The topic name a path names, whether or not the topic exists."""
+        return topic_name(path, self._database)
+
     def topic(self, path: str) -> Topic:
         """The topic a path names; SCHEME_ERROR when it does not exist."""
         name = topic_name(path, self._database)

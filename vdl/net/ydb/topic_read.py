@@ -29,13 +29,14 @@ from vdl.log.stream import LogStream
 from vdl.log.ydb_mapping import YdbMessage, from_record
 from vdl.net.grpc import ServerContext, ServerStream
 from vdl.net.grpc.protobuf import decode
-from vdl.net.ydb.auth import Authenticator
+from vdl.net.ydb.auth import Authenticator, StreamAuth
 from vdl.net.ydb.commits import CommitTracker
 from vdl.net.ydb.offsets import ConsumerOffsets
 from vdl.net.ydb.operation import StatusIds, YdbError, as_ydb_error, leaf_error, wire
 from vdl.net.ydb.protos import ydb_topic_pb2
 from vdl.net.ydb.read_balancer import ReadCoordinator, Wanted
 from vdl.net.ydb.topic_admin import CODEC_RAW, TopicAdmin
+from vdl.security.acl import Operation, ResourceType
 
 log = logging.getLogger(__name__)
 
@@ -156,13 +157,14 @@ class ReadSession:
         self._event = trio.Event()
         self._send_lock = trio.Lock()
         self._turn = 0
+        self._who: StreamAuth
 
     def wake(self) -> None:
         self._event.set()
 
     async def run(self) -> None:
         try:
-            self._service.auth.authorize(self._context)
+            self._who = StreamAuth(self._service.auth, self._context)
             await self._init()
             await self._serve()
         except BaseException as exc:
@@ -196,7 +198,11 @@ class ReadSession:
         if not init.topics_read_settings:
             raise YdbError(StatusIds.BAD_REQUEST, "no topics to read")
         self._consumer = init.consumer
+        auth = self._service.auth
+        auth.require(self._who.identity, Operation.READ, ResourceType.GROUP, init.consumer)
         for settings in init.topics_read_settings:
+            name = self._service.admin.name_of(settings.path)
+            auth.require(self._who.identity, Operation.READ, ResourceType.TOPIC, name)
             topic = self._service.admin.topic(settings.path)
             if topic.consumer(init.consumer) is None:
                 raise YdbError(
@@ -239,6 +245,7 @@ class ReadSession:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._send_loop)
             nursery.start_soon(self._fail_on_stop)
+            nursery.start_soon(self._who.watch_expiry)
             while True:
                 data = await self._stream.receive()
                 if data is None:
@@ -273,8 +280,7 @@ class ReadSession:
         elif kind == "commit_offset_request":
             await self._commit(message.commit_offset_request)
         elif kind == "update_token_request":
-            if self._service.auth.enabled:
-                self._service.auth.check_token(message.update_token_request.token)
+            self._who.update(message.update_token_request.token)
             reply = FromServer(status=wire(StatusIds.SUCCESS))
             reply.update_token_response.SetInParent()
             await self._send(reply)

@@ -1,0 +1,95 @@
+"""The authorizer: matching, implication, deny precedence, superusers, default deny."""
+
+from __future__ import annotations
+
+import pytest
+
+from vdl.security.acl import (
+    CLUSTER_NAME,
+    AclEntry,
+    AclError,
+    Authorizer,
+    Operation,
+    Pattern,
+    Permission,
+    ResourceType,
+    normalize_principal,
+)
+
+T, G, C = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
+ALICE, BOB = "User:alice", "User:bob"
+
+
+def _auth(*entries: AclEntry, superusers: tuple[str, ...] = ("admin",)) -> Authorizer:
+    return Authorizer(entries, superusers)
+
+
+def test_default_deny_and_superuser() -> None:
+    auth = _auth()
+    assert not auth.topic(ALICE, Operation.READ, "a")
+    assert not auth.topic(None, Operation.READ, "a")  # anonymous
+    assert auth.topic("User:admin", Operation.DELETE, "anything")
+    assert Authorizer((), enabled=False).topic(None, Operation.DELETE, "a")
+
+
+def test_literal_prefixed_and_wildcard() -> None:
+    auth = _auth(
+        AclEntry(ALICE, T, "orders", Operation.READ),
+        AclEntry(ALICE, T, "logs-", Operation.WRITE, pattern=Pattern.PREFIXED),
+        AclEntry("User:*", T, "*", Operation.DESCRIBE),
+        AclEntry(BOB, G, "g1", Operation.READ),
+    )
+    assert auth.topic(ALICE, Operation.READ, "orders")
+    assert not auth.topic(ALICE, Operation.READ, "orders2")
+    assert auth.topic(ALICE, Operation.WRITE, "logs-app")
+    assert not auth.topic(ALICE, Operation.WRITE, "log")
+    assert auth.topic(BOB, Operation.DESCRIBE, "whatever")
+    assert not auth.topic(BOB, Operation.READ, "orders")
+    assert auth.group(BOB, Operation.READ, "g1") and not auth.group(ALICE, Operation.READ, "g1")
+
+
+def test_implications_and_all() -> None:
+    auth = _auth(
+        AclEntry(ALICE, T, "a", Operation.WRITE),
+        AclEntry(BOB, T, "a", Operation.ALL),
+    )
+    assert auth.topic(ALICE, Operation.DESCRIBE, "a")  # write implies describe
+    assert not auth.topic(ALICE, Operation.READ, "a")
+    assert not auth.topic(ALICE, Operation.DELETE, "a")
+    for op in Operation:
+        assert auth.topic(BOB, op, "a")
+
+
+def test_deny_wins() -> None:
+    auth = _auth(
+        AclEntry(ALICE, T, "*", Operation.ALL),
+        AclEntry(ALICE, T, "secret", Operation.READ, Permission.DENY),
+        AclEntry(BOB, T, "*", Operation.READ),
+        AclEntry("User:*", T, "x", Operation.ALL, Permission.DENY),
+    )
+    assert not auth.topic(ALICE, Operation.READ, "secret")
+    assert auth.topic(ALICE, Operation.WRITE, "secret")  # only read was denied
+    assert not auth.topic(BOB, Operation.READ, "x") and not auth.topic(
+        ALICE, Operation.DESCRIBE, "x"
+    )
+
+
+def test_create_via_cluster_or_topic() -> None:
+    auth = _auth(
+        AclEntry(ALICE, C, CLUSTER_NAME, Operation.CREATE),
+        AclEntry(BOB, T, "bob-", Operation.CREATE, pattern=Pattern.PREFIXED),
+    )
+    assert auth.may_create_topic(ALICE, "any")
+    assert auth.may_create_topic(BOB, "bob-1") and not auth.may_create_topic(BOB, "x")
+
+
+def test_entries_round_trip_and_validate() -> None:
+    entry = AclEntry(ALICE, G, "g", Operation.READ, Permission.DENY, Pattern.PREFIXED)
+    assert AclEntry.from_json(entry.to_json()) == entry
+    with pytest.raises(AclError):
+        AclEntry(ALICE, C, "other", Operation.ALTER)
+    with pytest.raises(AclError):
+        AclEntry.from_json('{"principal": "alice"}')
+    assert normalize_principal("alice") == ALICE and normalize_principal("*") == "User:*"
+    with pytest.raises(AclError):
+        normalize_principal("Group:x")
