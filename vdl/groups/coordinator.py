@@ -484,14 +484,25 @@ class GroupCoordinator:
         """The coordinator stops serving: held requests are answered so clients look for
         the coordinator again, and every later call gets COORDINATOR_NOT_AVAILABLE."""
         self._closed = True
+        self._release_all(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+
+    def unload(self) -> None:
+        """This node stopped coordinating (another node took the groups over): held requests
+        get NOT_COORDINATOR, so clients find the new coordinator, and every group is
+        forgotten. Membership is rebuilt there by rejoining; committed offsets are not
+        kept here, so nothing of value is lost."""
+        self._release_all(ErrorCode.NOT_COORDINATOR)
+        self._groups.clear()
+
+    def _release_all(self, error: ErrorCode) -> None:
         for group in self._groups.values():
             for member in group.members.values():
                 if member.join_ticket is not None:
                     ticket, member.join_ticket = member.join_ticket, None
-                    self._complete(ticket, JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+                    self._complete(ticket, JoinResult(error))
                 if member.sync_ticket is not None:
                     ticket, member.sync_ticket = member.sync_ticket, None
-                    self._complete(ticket, SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+                    self._complete(ticket, SyncResult(error))
             group.state = GroupState.DEAD
             group.join_deadline_ms = group.sync_deadline_ms = group.initial_delay_cap_ms = None
             group.pending.clear()

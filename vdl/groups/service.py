@@ -9,7 +9,8 @@ core calls happen on the Trio thread, so the core needs no locks.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Protocol
 
 import trio
 
@@ -54,6 +55,15 @@ class Waiter:
         return self._result
 
 
+class OffsetReplicator(Protocol):
+    """Where a cluster sends commits (vdl.cluster.offset_commands): `submit` fixes their
+    order at once; awaiting what it returns gives NONE once the commit is applied."""
+
+    def submit(
+        self, group: str, offsets: Mapping[TopicPartition, CommittedOffset]
+    ) -> Callable[[], Awaitable[ErrorCode]]: ...
+
+
 class GroupService:
     def __init__(
         self,
@@ -71,6 +81,11 @@ class GroupService:
         self._waiters: dict[int, Waiter] = {}
         self._wake = trio.Event()
         self._stopped = False
+        # On a cluster (set by the node): whether this node coordinates groups now (NONE,
+        # NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS), and where commits go instead of
+        # straight into the local store.
+        self.role: Callable[[], ErrorCode] | None = None
+        self.replicator: OffsetReplicator | None = None
 
     @staticmethod
     def now_ms() -> int:
@@ -100,6 +115,15 @@ class GroupService:
         self._deliver()
         self._stopped = True
         self._wake.set()
+
+    def coordinator_error(self) -> ErrorCode:
+        """NONE if this node may serve group requests now (always, on one node)."""
+        return ErrorCode.NONE if self.role is None else self.role()
+
+    def unload(self) -> None:
+        """Another node coordinates now: answer held requests, forget every group."""
+        self.coordinator.unload()
+        self._after_call()
 
     def _after_call(self) -> None:
         self._deliver()
@@ -166,20 +190,23 @@ class GroupService:
 
     def commit_offsets(
         self, group_id: str, offsets: Mapping[TopicPartition, tuple[int, str, int]]
-    ) -> None:
+    ) -> Callable[[], Awaitable[ErrorCode]] | None:
         """Store (offset, metadata, leader epoch) per partition, stamped with the wall clock.
 
-        Validate first with `check_commit`; this writes synchronously (one synced batch),
-        so commits from one connection are stored in the order they were sent.
+        Validate first with `check_commit`. On one node this writes synchronously (one
+        synced batch) and returns None; on a cluster it queues the commit for the metadata
+        group and returns what to await for its outcome. Either way commits from one
+        connection are stored in the order they were sent.
         """
         now = self._wall_clock_ms()
-        self.offsets.commit(
-            group_id,
-            {
-                tp: CommittedOffset(offset, metadata, epoch, now)
-                for tp, (offset, metadata, epoch) in offsets.items()
-            },
-        )
+        committed = {
+            tp: CommittedOffset(offset, metadata, epoch, now)
+            for tp, (offset, metadata, epoch) in offsets.items()
+        }
+        if self.replicator is not None:
+            return self.replicator.submit(group_id, committed)
+        self.offsets.commit(group_id, committed)
+        return None
 
     def fetch_offsets(
         self, group_id: str, partitions: Sequence[TopicPartition] | None

@@ -52,6 +52,7 @@ class FakeBroker:
 
     groups: GroupService | None
     catalog: _Catalog = field(default_factory=_Catalog)
+    cluster: None = None  # one node: it coordinates every group
 
 
 def versions(key: ApiKey) -> list[int]:
