@@ -23,6 +23,8 @@ class Cluster:
     def __init__(self, root: Path, size: int = 3) -> None:
         raft_ports = {i: free_port() for i in range(1, size + 1)}
         peers = ",".join(f"{i}=127.0.0.1:{p}" for i, p in raft_ports.items())
+        self.raft_ports = raft_ports
+        self.peers = peers
         self.nodes = {
             i: NodeProcess(
                 root / f"node{i}",

@@ -8,6 +8,9 @@ grows with the log). JSON keeps the log readable with ordinary tools.
     {"op": "create_topic", "topic": {Topic document}, "replicas": [[1, 2, 3], ...]}
     {"op": "delete_topic", "name": "orders"}
     {"op": "update_topic", "topic": {Topic document}}
+    {"op": "add_node", "node": 4, "raft": "host:port"}
+    {"op": "remove_node", "node": 4}
+    {"op": "set_replicas", "name": "orders", "partition": 0, "replicas": [1, 2, 4]}
 """
 
 from __future__ import annotations

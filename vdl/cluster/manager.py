@@ -5,7 +5,9 @@ Group 0 runs on the initial peers and holds topics, their partition -> replicas 
 and the nodes' client addresses. Applying its log starts and stops partition groups here:
 a partition whose replica list names this node gets a stream, a `StreamReplica` and a
 `GroupDriver` in this manager's nursery. Every node registers its Kafka and gRPC
-addresses through group 0 (forwarding the command to its leader when it does not lead).
+addresses through group 0 (forwarding the command to its leader when it does not lead),
+and gossips which partition groups it leads (`leader_gossip.py`), so it can name the
+leaders of partitions it does not host.
 """
 
 from __future__ import annotations
@@ -26,15 +28,24 @@ from vdl.broker.broker import MAX_PARTITIONS, Broker
 from vdl.broker.cluster_view import BrokerAddress, PartitionState
 from vdl.broker.topics import Topic, TopicError, validate_configs, validate_topic_name
 from vdl.cluster.commands import Command
+from vdl.cluster.leader_gossip import (
+    GossipError,
+    LeaderClaim,
+    LeaderTable,
+    decode_claims,
+    encode_claims,
+)
 from vdl.cluster.metadata import METADATA_GROUP, MetadataState, Placement
 from vdl.cluster.metadata_group import MetadataGroup, ProposalLost
 from vdl.cluster.placement import assign_replicas, default_replication_factor
+from vdl.cluster.reconfigure import next_change
 from vdl.consensus.driver import DriverOptions, GroupDriver
 from vdl.consensus.errors import ConsensusError
 from vdl.consensus.hard_state_store import delete_hard_state
 from vdl.consensus.router import GroupRouter
+from vdl.consensus.snapshot_transfer import delete_snapshot_meta
 from vdl.consensus.stream_replica import StreamReplica, restart_commit_index
-from vdl.consensus.transport import RaftTransport
+from vdl.consensus.transport import RaftTransport, send_admin_command
 from vdl.log.error_codes import ErrorCode
 from vdl.log.flusher import Flusher
 from vdl.log.stream import LogStream
@@ -42,6 +53,15 @@ from vdl.log.stream import LogStream
 log = logging.getLogger(__name__)
 
 _REGISTER_EVERY_S = 0.5
+_RECONFIGURE_EVERY_S = 0.2
+_JOIN_EVERY_S = 1.0
+# Metadata commands an admin client (or a joining node) may send to any member.
+ADMIN_OPS = frozenset({"add_node", "remove_node", "set_replicas"})
+# Leadership gossip: looked at this often, sent at once when it changed and at least this
+# often anyway (lost frames, restarted peers), and trusted this long after it was heard.
+_GOSSIP_CHECK_S = 0.1
+_GOSSIP_EVERY_S = 0.5
+_GOSSIP_TTL_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +72,8 @@ class ClusterSettings:
     data_dir: Path
     tick_s: float = 0.1
     log_backend: LogBackend = "segment"
+    # Not an initial member: ask the members in `peers` to add this node (README).
+    join: bool = False
 
 
 @dataclass(slots=True)
@@ -82,7 +104,16 @@ class ClusterManager:
             settings.node_id, settings.raft_listen, settings.peers, self.router
         )
         self.router.on_forward = self._on_forward
-        self.state = MetadataState()
+        self.router.on_gossip = self._on_gossip
+        self.router.on_admin = self._on_admin
+        self.leaders = LeaderTable(_GOSSIP_TTL_S)
+        # The initial members: group 0's first voters. A joining node is not one of them.
+        initial = {
+            n: a for n, a in settings.peers.items() if not (settings.join and n == settings.node_id)
+        }
+        self.state = MetadataState(initial)
+        self.state.on_replicas.append(self._replicas_changed)
+        self.state.on_members.append(self._members_changed)
         self.state.on_created.append(self._topic_created)
         self.state.on_deleted.append(self._topic_deleted)
         self.state.on_updated.append(self._broker.catalog.update)
@@ -93,7 +124,7 @@ class ClusterManager:
         self._driver0 = GroupDriver(
             METADATA_GROUP,
             settings.node_id,
-            frozenset(settings.peers),
+            frozenset(initial),
             self._meta_store,
             meta,
             flusher,
@@ -117,6 +148,10 @@ class ClusterManager:
                 await nursery.start(self.transport.serve)
                 await nursery.start(self._driver0.run)
                 nursery.start_soon(self._register_loop)
+                nursery.start_soon(self._gossip_loop)
+                nursery.start_soon(self._reconfigure_loop)
+                if self.settings.join:
+                    nursery.start_soon(self._join_loop)
                 task_status.started()
         finally:
             with trio.CancelScope(shield=True):
@@ -136,7 +171,7 @@ class ClusterManager:
         me = self.settings.node_id
         while True:
             await trio.sleep(_REGISTER_EVERY_S)
-            if self._addresses is None:
+            if self._addresses is None or me not in self.state.members:
                 continue
             kafka, grpc = self._addresses
             known = self.state.nodes.get(me)
@@ -161,6 +196,37 @@ class ClusterManager:
         elif self._driver0.leader_id:
             self.transport.forward(self._driver0.leader_id, json.dumps(command).encode())
 
+    def _led_claims(self) -> list[LeaderClaim]:
+        claims = []
+        for hosted in self._hosted.values():
+            driver = hosted.driver
+            if driver.is_leader:
+                contact = driver.in_contact()
+                isr = tuple(sorted(n for n in driver.voters if n in contact))
+                claims.append(LeaderClaim(hosted.group_id, driver.term, isr))
+        return claims
+
+    async def _gossip_loop(self) -> None:
+        sent: list[LeaderClaim] = []
+        last_sent = -_GOSSIP_EVERY_S
+        while True:
+            await trio.sleep(_GOSSIP_CHECK_S)
+            claims = self._led_claims()
+            now = trio.current_time()
+            if claims == sent and now - last_sent < _GOSSIP_EVERY_S:
+                continue
+            # An empty list is sent too: it withdraws what this node led before.
+            self.transport.gossip(encode_claims(self.settings.node_id, claims))
+            sent, last_sent = claims, now
+
+    def _on_gossip(self, raw: bytes) -> None:
+        try:
+            node_id, claims = decode_claims(raw)
+        except GossipError as exc:
+            log.warning("ignoring bad gossip: %s", exc)
+            return
+        self.leaders.heard(node_id, claims, trio.current_time())
+
     def _on_forward(self, raw: bytes) -> None:
         try:
             command = json.loads(raw)
@@ -169,10 +235,90 @@ class ClusterManager:
             return
         if self._nursery is None or not self._driver0.is_leader:
             return
-        if op == "register":
+        if op == "register" or op in ADMIN_OPS:
             self._nursery.start_soon(self._submit, command)
         elif op == "auto_topic":
             self.request_topic(str(command["name"]))
+
+    # ---- membership --------------------------------------------------------------------
+
+    def _on_admin(self, raw: bytes) -> None:
+        """A command from an admin client: propose it if we lead group 0, else pass it on."""
+        try:
+            command = json.loads(raw)
+            op = command["op"]
+        except (ValueError, KeyError, TypeError):
+            return
+        if op not in ADMIN_OPS or self._nursery is None:
+            return
+        log.info("admin command %s", command)
+        if self._driver0.is_leader:
+            self._nursery.start_soon(self._submit, command)
+        elif self._driver0.leader_id:
+            self.transport.forward(self._driver0.leader_id, json.dumps(command).encode())
+
+    async def _join_loop(self) -> None:
+        """Ask the members to add this node until group 0's state shows it."""
+        me = self.settings.node_id
+        host, port = self.settings.raft_listen
+        command = json.dumps({"op": "add_node", "node": me, "raft": f"{host}:{port}"}).encode()
+        while me not in self.state.members:
+            for peer, address in self.settings.peers.items():
+                if peer != me:
+                    try:
+                        await send_admin_command(address, command)
+                    except OSError:
+                        pass
+            await trio.sleep(_JOIN_EVERY_S)
+
+    def _members_changed(self, members: Mapping[int, tuple[str, int]]) -> None:
+        for node, address in members.items():
+            self.transport.add_peer(node, address)
+        for node in [n for n in self.transport.links if n not in members]:
+            self.transport.remove_peer(node)
+
+    async def _reconfigure_loop(self) -> None:
+        """On the groups this node leads: step their membership towards the metadata."""
+        while True:
+            await trio.sleep(_RECONFIGURE_EVERY_S)
+            if self._driver0.is_leader:
+                self._reconfigure(self._driver0, frozenset(self.state.members))
+            for (topic, partition), hosted in list(self._hosted.items()):
+                placement = self.state.placements.get(topic)
+                if hosted.driver.is_leader and placement is not None:
+                    self._reconfigure(hosted.driver, frozenset(placement.replicas[partition]))
+
+    def _reconfigure(self, driver: GroupDriver, wanted: frozenset[int]) -> None:
+        change = next_change(driver.config, wanted, driver.match(), driver.commit_index)
+        if change is None:
+            return
+        try:
+            driver.propose_config_change(change)
+        except ConsensusError as exc:
+            log.debug(
+                "group %d: %s of node %d waits: %s",
+                driver.group_id,
+                change.type.name,
+                change.node_id,
+                exc,
+            )
+            return
+        log.info("group %d: %s node %d", driver.group_id, change.type.name, change.node_id)
+
+    def _replicas_changed(
+        self, topic: Topic, partition: int, group_id: int, replicas: tuple[int, ...]
+    ) -> None:
+        me = self.settings.node_id
+        hosted = self._hosted.get((topic.name, partition))
+        if me in replicas and hosted is None:
+            # A new replica: a learner of the group's current members until its log says
+            # otherwise, so it never campaigns with an empty log.
+            others = tuple(n for n in replicas if n != me)
+            self._start_partition(topic, partition, group_id, others)
+        elif me not in replicas and hosted is not None:
+            # Moved away: the group's leader removes us from its configuration (if we led
+            # it, the others elect a new leader first).
+            self._stop_partition(topic.name, partition)
 
     # ---- partition groups ------------------------------------------------------------
 
@@ -203,6 +349,7 @@ class ClusterManager:
             replica,
             options=self._driver_options,
             applied=commit,
+            fetch_snapshot=self.transport.fetch_snapshot,
         )
         replica.start(driver, commit)
         hosted = _Hosted(group_id, directory, stream, driver, trio.CancelScope(), trio.Event())
@@ -222,13 +369,16 @@ class ClusterManager:
         if self._broker.catalog.get(topic.name) is not None:
             self._broker.catalog.remove(topic.name)
         for partition in range(topic.partitions):
-            hosted = self._hosted.pop((topic.name, partition), None)
-            if hosted is None:
-                continue
-            self._broker.pop_stream(topic.name, partition)
-            self.router.remove(hosted.group_id)
-            assert self._nursery is not None
-            self._nursery.start_soon(self._remove_partition, hosted)
+            self._stop_partition(topic.name, partition)
+
+    def _stop_partition(self, topic: str, partition: int) -> None:
+        hosted = self._hosted.pop((topic, partition), None)
+        if hosted is None:
+            return
+        self._broker.pop_stream(topic, partition)
+        self.router.remove(hosted.group_id)
+        assert self._nursery is not None
+        self._nursery.start_soon(self._remove_partition, hosted)
 
     async def _remove_partition(self, hosted: _Hosted) -> None:
         hosted.scope.cancel()
@@ -237,6 +387,7 @@ class ClusterManager:
         await hosted.stream.close()
         await trio.to_thread.run_sync(shutil.rmtree, hosted.directory, True)
         delete_hard_state(self._meta, hosted.group_id)
+        delete_snapshot_meta(self._meta, hosted.group_id)
 
     # ---- ClusterView -----------------------------------------------------------------
 
@@ -246,7 +397,7 @@ class ClusterManager:
 
     @property
     def node_count(self) -> int:
-        return len(self.settings.peers)
+        return len(self.state.members)
 
     def kafka_brokers(self) -> list[BrokerAddress]:
         return [
@@ -271,7 +422,11 @@ class ClusterManager:
         replicas = placement.replicas[partition]
         hosted = self._hosted.get((topic, partition))
         if hosted is None:
-            return PartitionState(-1, replicas, replicas)
+            # Not hosted here: what its leader last gossiped.
+            known = self.leaders.leader_of(placement.groups[partition], trio.current_time())
+            if known is None:
+                return PartitionState(-1, replicas, replicas)
+            return PartitionState(known.leader, replicas, known.isr or replicas)
         driver = hosted.driver
         leader = driver.leader_id or -1
         if driver.is_leader:
@@ -313,7 +468,7 @@ class ClusterManager:
                 f"partitions must be between 1 and {MAX_PARTITIONS}, got {partitions}",
             )
         validate_configs(self._broker.config_specs, configs)
-        nodes = sorted(self.settings.peers)
+        nodes = sorted(self.state.members)
         rf = replication_factor
         if rf == -1:
             rf = default_replication_factor(len(nodes))

@@ -1,13 +1,18 @@
-"""The metadata group's state: topics with their placement, and the nodes' addresses.
+"""The metadata group's state: topics with their placement, the members and their addresses.
 
 A pure, deterministic state machine: every node applies the same commands in the same
 order (from group 0's log) and ends with the same state, including the raft group id of
 each partition, which is handed out from a counter at creation.
+
+Members are the nodes of the cluster (their raft addresses): the initial peers, plus
+`add_node`, minus `remove_node`. They are what group 0's voters and new topics' replicas
+are drawn from; the groups' own configurations follow them through single-server changes
+made by the groups' leaders (`reconfigure.py`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from vdl.broker.topics import Topic
@@ -42,22 +47,35 @@ def _address(text: str) -> tuple[str, int]:
 
 
 TopicListener = Callable[[Topic, Placement], None]
+# (topic, partition, its group id, the new replicas) after a placement change.
+ReplicasListener = Callable[[Topic, int, int, tuple[int, ...]], None]
+MembersListener = Callable[[Mapping[int, tuple[str, int]]], None]
 
 
 class MetadataState:
-    def __init__(self) -> None:
+    def __init__(self, members: Mapping[int, tuple[str, int]] | None = None) -> None:
         self.topics: dict[str, Topic] = {}
         self.placements: dict[str, Placement] = {}
         self.nodes: dict[int, NodeAddress] = {}
+        self.members: dict[int, tuple[str, int]] = dict(members or {})
         self.next_group = METADATA_GROUP + 1
         self.on_created: list[TopicListener] = []
         self.on_deleted: list[TopicListener] = []
         self.on_updated: list[Callable[[Topic], None]] = []
+        # Commands served by modules outside this one (e.g. committed offsets), by op.
+        self.handlers: dict[str, Callable[[Command], Outcome]] = {}
+        self.on_replicas: list[ReplicasListener] = []
+        self.on_members: list[MembersListener] = []
 
     def apply(self, command: Command) -> Outcome:
         op = command["op"]
+        if op in ("add_node", "remove_node", "set_replicas"):
+            return self._apply_membership(command)
         if op == "register":
             node = int(command["node"])
+            if node not in self.members:
+                # A removed node still running must not come back as a broker.
+                return Outcome(ErrorCode.INVALID_REQUEST, f"node {node} is not a member")
             self.nodes[node] = NodeAddress(
                 node, _address(command["kafka"]), _address(command["grpc"])
             )
@@ -95,4 +113,61 @@ class MetadataState:
             for updated in self.on_updated:
                 updated(topic)
             return Outcome()
+        handler = self.handlers.get(op)
+        if handler is not None:
+            return handler(command)
         return Outcome(ErrorCode.INVALID_REQUEST, f"unknown metadata command {op!r}")
+
+    def _apply_membership(self, command: Command) -> Outcome:
+        op = command["op"]
+        node = int(command.get("node", 0))
+        if op == "add_node":
+            if node <= 0:
+                return Outcome(ErrorCode.INVALID_REQUEST, "node ids are positive")
+            self.members[node] = _address(command["raft"])
+            self._members_changed()
+            return Outcome()
+        if op == "remove_node":
+            if node not in self.members:
+                return Outcome()  # already gone: a retried command
+            if len(self.members) == 1:
+                return Outcome(ErrorCode.INVALID_REQUEST, "the last member cannot leave")
+            for each in self.placements.values():
+                if any(r == (node,) for r in each.replicas):
+                    return Outcome(
+                        ErrorCode.INVALID_REPLICATION_FACTOR,
+                        f"node {node} holds the only replica of a partition: reassign it first",
+                    )
+            del self.members[node]
+            self.nodes.pop(node, None)
+            for name in list(self.placements):
+                for partition, replicas in enumerate(self.placements[name].replicas):
+                    if node in replicas:
+                        self._set_replicas(name, partition, tuple(r for r in replicas if r != node))
+            self._members_changed()
+            return Outcome()
+        name = str(command["name"])
+        partition = int(command["partition"])
+        replicas = tuple(int(n) for n in command["replicas"])
+        placement = self.placements.get(name)
+        if placement is None or not 0 <= partition < len(placement.replicas):
+            return Outcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no {name}-{partition}")
+        if not replicas or len(set(replicas)) != len(replicas):
+            return Outcome(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "replicas must be distinct")
+        unknown = [n for n in replicas if n not in self.members]
+        if unknown:
+            return Outcome(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"not members: {unknown}")
+        self._set_replicas(name, partition, replicas)
+        return Outcome()
+
+    def _set_replicas(self, name: str, partition: int, replicas: tuple[int, ...]) -> None:
+        old = self.placements[name]
+        lists = list(old.replicas)
+        lists[partition] = replicas
+        self.placements[name] = Placement(tuple(lists), old.groups)
+        for listener in self.on_replicas:
+            listener(self.topics[name], partition, old.groups[partition], replicas)
+
+    def _members_changed(self) -> None:
+        for listener in self.on_members:
+            listener(self.members)

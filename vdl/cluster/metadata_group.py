@@ -66,6 +66,13 @@ class MetadataGroup:
         self.leader_id = leader_id
         self._signal()
 
+    def on_persisted(self, index: int) -> None:
+        pass
+
+    def on_restored(self, index: int) -> None:
+        # Group 0's log is never cut by retention, so no leader sends it a snapshot.
+        raise RuntimeError("the metadata group does not take snapshots")
+
     def _signal(self) -> None:
         self._progress.set()
         self._progress = trio.Event()

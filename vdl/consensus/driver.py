@@ -17,6 +17,14 @@ reports), then drain every `Ready` exactly as `ready.py` prescribes:
 Proposals (`propose`) go straight into the core from the caller's task, so every proposal
 made between two loop turns travels in one Ready: one store append, one flush, one
 AppendEntries per follower.
+
+Snapshots (a follower needs entries retention deleted on the leader): the follower's loop
+keeps the leader's InstallSnapshot aside, a task pulls the leader's log up to the
+snapshot's index (`snapshot_transfer.py`), and the loop then swaps its store's content for
+it, syncs, records the snapshot and only then steps the message, so the core's restore
+finds the data in place. A leader whose follower never confirms a snapshot (the pull
+failed) offers it again after `snapshot_timeout_s`. Retention (`compact`) never deletes
+what is not applied, and records the term and membership where the log now starts.
 """
 
 from __future__ import annotations
@@ -24,22 +32,29 @@ from __future__ import annotations
 import logging
 import random
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import trio
 
-from vdl.backends.api import Buffer, LogStore, MetaStore
+from vdl.backends.api import Buffer, Entry, LogStore, MetaStore
 from vdl.consensus.errors import ProposalDropped
 from vdl.consensus.hard_state_store import load_hard_state, save_hard_state
 from vdl.consensus.machine import StateMachine
-from vdl.consensus.membership import Config
-from vdl.consensus.messages import Message
+from vdl.consensus.membership import ConfChange, Config
+from vdl.consensus.messages import InstallSnapshot, Message
 from vdl.consensus.options import RaftOptions
 from vdl.consensus.outbox import Outbox
+from vdl.consensus.progress import ProgressState
 from vdl.consensus.raft import RaftNode
 from vdl.consensus.ready import Ready
-from vdl.consensus.state import Role
+from vdl.consensus.snapshot_transfer import (
+    SnapshotData,
+    SnapshotError,
+    load_snapshot_meta,
+    save_snapshot_meta,
+)
+from vdl.consensus.state import Role, SnapshotMeta
 from vdl.log.flusher import Flusher
 
 log = logging.getLogger(__name__)
@@ -51,6 +66,11 @@ class DriverOptions:
     inbox_limit: int = 8192  # messages waiting for the loop; more are dropped
     max_uncommitted: int = 8192  # proposed but uncommitted entries before proposals fail
     commit_hint_ticks: int = 20  # how often a moved commit index is saved (a restart hint)
+    snapshot_timeout_s: float = 30.0  # a snapshot not confirmed by then is offered again
+
+
+# (leader, group, snapshot index) -> the leader's log up to that index.
+SnapshotFetcher = Callable[[int, int, int], Awaitable[SnapshotData]]
 
 
 @dataclass(slots=True)
@@ -78,6 +98,7 @@ class GroupDriver:
         options: DriverOptions | None = None,
         rng: random.Random | None = None,
         applied: int | None = None,
+        fetch_snapshot: SnapshotFetcher | None = None,
     ) -> None:
         """`applied` is where `machine` already is (e.g. a stream's commit point rebuilt
         from the hint); committed entries after it are applied again. None: the log start."""
@@ -92,6 +113,13 @@ class GroupDriver:
         # Whatever the store holds at start counts as durable (see log_view.py).
         store.sync()
         self._saved = load_hard_state(meta, group_id)
+        snapshot = load_snapshot_meta(meta, group_id)
+        if snapshot is not None and not (
+            store.first_index() - 1 <= snapshot.index <= store.last_index()
+        ):
+            # Written before a retention or install that did not complete: it does not
+            # describe where this log starts.
+            snapshot = None
         raft = raft or RaftOptions()
         self._election_tick = raft.election_tick
         self.core = RaftNode(
@@ -102,6 +130,7 @@ class GroupDriver:
             options=raft,
             hard_state=self._saved,
             applied=applied,
+            snapshot=snapshot,
         )
         self._inbox: deque[Message] = deque()
         self._ticks = 0
@@ -118,6 +147,13 @@ class GroupDriver:
         self._role_seen: tuple[int, int, bool] = (-1, -1, False)
         self._changed = trio.Event()
         self.dropped_messages = 0
+        self._fetch = fetch_snapshot
+        self._nursery: trio.Nursery | None = None
+        self._fetching = 0  # snapshot index being pulled (0: none)
+        self._fetched: tuple[InstallSnapshot, SnapshotData] | None = None
+        self._installed: SnapshotMeta | None = None
+        self._snapshots_sent: dict[int, float] = {}  # follower -> when last offered
+        self.snapshots_installed = 0
 
     # ---- Flushable -------------------------------------------------------------------
 
@@ -164,6 +200,18 @@ class GroupDriver:
         self._wakeup.set()
         return first, last
 
+    def propose_config_change(self, change: ConfChange) -> int:
+        """Append one membership change as leader; its index. Raises NotLeader,
+        ConfigChangeRejected (invalid, another pending, a learner not caught up)."""
+        if self._in_ready:
+            raise ProposalDropped("the group is persisting its state")
+        index = self.core.propose_config_change(change)
+        # Our own entry: the write must not take it for a leader's replacing entry.
+        self._proposed[index] = self.core.term
+        self._announced = max(self._announced, index)
+        self._wakeup.set()
+        return index
+
     def campaign(self) -> None:
         self.core.campaign()
         self._wakeup.set()
@@ -190,6 +238,14 @@ class GroupDriver:
     def voters(self) -> frozenset[int]:
         return self.core.config.voters
 
+    @property
+    def config(self) -> Config:
+        return self.core.config
+
+    def match(self) -> dict[int, int]:
+        """While leader: how far each follower's log matches ours."""
+        return {node: pr.match for node, pr in self.core.progress.items()}
+
     def in_contact(self) -> frozenset[int]:
         """This node and the voters heard from within an election timeout (the ISR)."""
         horizon = trio.current_time() - self._opts.tick_s * self._election_tick
@@ -204,6 +260,7 @@ class GroupDriver:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             nursery.start_soon(self._ticker)
             task_status.started()
             await self._drain()  # a restarted node applies what it already knows committed
@@ -225,14 +282,23 @@ class GroupDriver:
     async def _drain(self) -> None:
         core = self.core
         self._release_durable()
+        if self._fetched is not None:
+            offer, data = self._fetched
+            self._fetched = None
+            await self._install_snapshot(offer, data)
         ticks, self._ticks = self._ticks, 0
         for _ in range(ticks):
             core.tick()
+        if ticks:
+            self._retry_snapshots()
         inbox, self._inbox = self._inbox, deque()
         now = trio.current_time()
         for message in inbox:
             self._heard[message.src] = now
             if message.dst != self.node_id:
+                continue
+            if isinstance(message, InstallSnapshot) and self._needs_data(message):
+                self._start_fetch(message)
                 continue
             core.step(message)
         while core.has_ready():
@@ -245,10 +311,14 @@ class GroupDriver:
         self._in_ready = True
         try:
             for message in rd.messages:
+                if isinstance(message, InstallSnapshot):
+                    self._snapshots_sent[message.dst] = trio.current_time()
                 self._outbox.send(self.group_id, message)
             if rd.snapshot is not None:
-                # Retention of replicated logs (and so snapshots) is not wired yet.
-                raise RuntimeError(f"group {self.group_id}: snapshots are not supported")
+                if rd.snapshot != self._installed:
+                    raise RuntimeError(f"group {self.group_id}: a snapshot without its data")
+                self._installed = None
+                self._machine.on_restored(rd.snapshot.index)
             wrote = await self._write(rd)
             if rd.hard_state is not None and (rd.hard_state.term, rd.hard_state.vote) != (
                 self._saved.term,
@@ -322,7 +392,118 @@ class GroupDriver:
             last = batch
         if last is not None and last.index > 0:
             self.core.on_persisted(last.index, last.term)
+            self._machine.on_persisted(last.index)
             self._wakeup.set()  # the leader may commit, or more may be ready
+
+    # ---- snapshots and retention ---------------------------------------------------------
+
+    def _needs_data(self, m: InstallSnapshot) -> bool:
+        core = self.core
+        snap = m.snapshot
+        return (
+            m.term >= core.term
+            and snap.index > core.commit_index
+            and core.log.term_at(snap.index) != snap.term
+        )
+
+    def _start_fetch(self, m: InstallSnapshot) -> None:
+        if self._fetch is None or self._nursery is None:
+            log.warning("group %d: cannot take a snapshot without a transport", self.group_id)
+            return
+        if self._fetching >= m.snapshot.index:
+            return  # a pull of at least that much is under way
+        self._fetching = m.snapshot.index
+        self._nursery.start_soon(self._fetch_task, m, self._fetch)
+
+    async def _fetch_task(self, m: InstallSnapshot, fetch: SnapshotFetcher) -> None:
+        try:
+            data = await fetch(m.src, self.group_id, m.snapshot.index)
+        except (SnapshotError, OSError) as exc:
+            # The leader offers the snapshot again after its timeout.
+            log.warning("group %d: snapshot from node %d failed: %s", self.group_id, m.src, exc)
+            return
+        finally:
+            self._fetching = 0
+        self._fetched = (m, data)
+        self._wakeup.set()
+
+    async def _install_snapshot(self, m: InstallSnapshot, data: SnapshotData) -> None:
+        core = self.core
+        snap = m.snapshot
+        if not self._needs_data(m) or data.entries[-1].term != snap.term:
+            # Caught up meanwhile, or a newer leader: let the core answer as it would.
+            if m.term >= core.term:
+                core.step(m)
+            return
+        # No sync of the old content may report durability after the swap.
+        await self._flusher.release(self)
+        self._store.reset(data.first_index, data.first_offset)
+        self._store.append(data.entries)
+        await trio.to_thread.run_sync(self._store.sync)
+        await trio.to_thread.run_sync(save_snapshot_meta, self._meta, self.group_id, snap)
+        # What was owed for the old content refers to entries that are gone.
+        self._pending.clear()
+        self._proposed.clear()
+        self._durable_index = snap.index
+        self._announced = snap.index
+        self._installed = snap
+        self.snapshots_installed += 1
+        log.info(
+            "group %d: installed a snapshot of %d..%d from node %d",
+            self.group_id,
+            data.first_index,
+            snap.index,
+            m.src,
+        )
+        core.step(m)
+
+    def _retry_snapshots(self) -> None:
+        core = self.core
+        now = trio.current_time()
+        for peer, sent in list(self._snapshots_sent.items()):
+            pr = core.progress.get(peer)
+            if pr is None or pr.state is not ProgressState.SNAPSHOT:
+                del self._snapshots_sent[peer]
+            elif now - sent >= self._opts.snapshot_timeout_s:
+                del self._snapshots_sent[peer]
+                core.report_snapshot(peer, ok=False)
+                self._wakeup.set()
+
+    def snapshot_start(self) -> tuple[int, int]:
+        return self._store.first_index(), self._store.first_offset()
+
+    def snapshot_chunks(self, upto: int, max_bytes: int) -> Iterator[list[Entry]]:
+        """The stored log from its start up to `upto`, in chunks (serving a snapshot)."""
+        lo = self._store.first_index()
+        while lo <= upto:
+            chunk = self._store.entries(lo, upto + 1, max_bytes)
+            if not chunk:
+                raise SnapshotError(f"entry {lo} is gone")
+            yield chunk
+            lo = chunk[-1].index + 1
+
+    def compact(self, now_ms: int) -> int:
+        """Retention: delete what the store's limits allow, never what is not applied, and
+        record where the log now starts (term and membership there) for restarts."""
+        core = self.core
+        applied = core.log.applied
+        store = self._store
+        if applied < store.first_index():
+            return 0
+        try:
+            bound = core.retention_point(applied)
+        except ValueError:
+            return 0  # the term there is unknown (a restart lost the record): keep it all
+        # First a point the deletion cannot pass, in case of a crash while it runs...
+        save_snapshot_meta(self._meta, self.group_id, bound)
+        removed = store.apply_retention(now_ms, keep_from=applied + 1)
+        try:
+            # ...then exactly where the log starts now.
+            point = core.retention_point(store.first_index() - 1)
+        except ValueError:
+            return removed
+        save_snapshot_meta(self._meta, self.group_id, point)
+        return removed
 
     async def _save_hard_state(self, *, force: bool) -> None:
         async with self._meta_lock:

@@ -1,11 +1,14 @@
 """Framing of consensus messages between nodes: many groups share one connection.
 
-    hello (once, by the dialing side):  u32 magic "VDLR", u64 node id
+    hello (once, by the dialing side):  u32 magic "VDLR", u64 node id (0: an admin client,
+                                         whose forward frames are metadata commands)
     frame:                               u32 length, u64 group id, wire-encoded message
                                          (length counts the group id and the message)
 
 Group id FORWARD_GROUP marks a frame whose body is not a raft message but a metadata
-command a node asks the metadata group's leader to propose for it (registration).
+command a node asks the metadata group's leader to propose for it (registration), and
+GOSSIP_GROUP one whose body is node-to-node cluster gossip (which groups a node leads);
+the consensus layer hands both bodies up as bytes without reading them.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ _FRAME_HEAD = struct.Struct(">IQ")
 _LENGTH = struct.Struct(">I")
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 FORWARD_GROUP = 2**64 - 1
-Inbound = Message | bytes  # a raft message, or a forwarded command
+GOSSIP_GROUP = 2**64 - 2
+Inbound = Message | bytes  # a raft message, or the body of a forward or gossip frame
 
 
 class FrameError(ValueError):
@@ -48,6 +52,10 @@ def encode_forward(command: bytes) -> bytes:
     return _FRAME_HEAD.pack(8 + len(command), FORWARD_GROUP) + command
 
 
+def encode_gossip(body: bytes) -> bytes:
+    return _FRAME_HEAD.pack(8 + len(body), GOSSIP_GROUP) + body
+
+
 class FrameReader:
     """Accumulates received bytes and yields whole (group id, message) frames."""
 
@@ -68,7 +76,7 @@ class FrameReader:
             (group_id,) = struct.unpack_from(">Q", buf, pos + 4)
             body = memoryview(buf)[pos + 12 : pos + 4 + length]
             try:
-                if group_id == FORWARD_GROUP:
+                if group_id in (FORWARD_GROUP, GOSSIP_GROUP):
                     out.append((group_id, bytes(body)))
                 else:
                     out.append((group_id, wire.decode(body)))

@@ -33,6 +33,16 @@ class StateMachine(Protocol):
         """The known leader or this node's role changed."""
         ...
 
+    def on_persisted(self, index: int) -> None:
+        """Every entry up to `index` is durable on this node's disk (committed or not):
+        what a leader-durable acknowledgement (Kafka acks=1) waits for."""
+        ...
+
+    def on_restored(self, index: int) -> None:
+        """The log was replaced by a snapshot: the store holds the leader's log up to
+        `index`, all of it committed, and nothing else."""
+        ...
+
 
 class NullMachine:
     """A machine that ignores everything (tests, groups whose log is the product)."""
@@ -47,4 +57,10 @@ class NullMachine:
         pass
 
     def on_role_change(self, leader_id: int, term: int, is_leader: bool) -> None:
+        pass
+
+    def on_persisted(self, index: int) -> None:
+        pass
+
+    def on_restored(self, index: int) -> None:
         pass

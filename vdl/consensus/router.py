@@ -6,8 +6,9 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
-from vdl.consensus.frames import Inbound
+from vdl.consensus.frames import GOSSIP_GROUP, Inbound
 from vdl.consensus.messages import Message
+from vdl.consensus.snapshot_transfer import SnapshotSource
 
 log = logging.getLogger(__name__)
 
@@ -22,19 +23,28 @@ class GroupRouter:
         self.unrouted = 0
         # Takes commands other nodes forward to the metadata group's leader.
         self.on_forward: Callable[[bytes], None] | None = None
+        # Takes commands from admin clients (not nodes) for the metadata group.
+        self.on_admin: Callable[[bytes], None] | None = None
+        # Takes other nodes' gossip (the groups they lead).
+        self.on_gossip: Callable[[bytes], None] | None = None
 
     def add(self, group_id: int, inbox: Inbox) -> None:
         if group_id in self._groups:
             raise ValueError(f"group {group_id} is already running here")
         self._groups[group_id] = inbox
 
+    def snapshot_source(self, group_id: int) -> SnapshotSource | None:
+        inbox = self._groups.get(group_id)
+        return inbox if isinstance(inbox, SnapshotSource) else None
+
     def remove(self, group_id: int) -> None:
         self._groups.pop(group_id, None)
 
     def deliver(self, group_id: int, message: Inbound) -> None:
         if isinstance(message, bytes):
-            if self.on_forward is not None:
-                self.on_forward(message)
+            handler = self.on_gossip if group_id == GOSSIP_GROUP else self.on_forward
+            if handler is not None:
+                handler(message)
             return
         inbox = self._groups.get(group_id)
         if inbox is None:

@@ -29,6 +29,7 @@ from vdl.backends.api import (
 )
 from vdl.consensus.errors import NotLeader, ProposalDropped
 from vdl.consensus.hard_state_store import load_hard_state
+from vdl.consensus.snapshot_transfer import load_snapshot_meta
 from vdl.log.error_codes import ErrorCode
 from vdl.log.stream import LogStream, StreamError
 
@@ -65,6 +66,13 @@ class StreamReplica:
     def on_role_change(self, leader_id: int, term: int, is_leader: bool) -> None:
         self.leader_id = leader_id
         self.term = term
+
+    def on_persisted(self, index: int) -> None:
+        self.stream.on_local_durable(index)
+
+    def on_restored(self, index: int) -> None:
+        self._next_offset = self._real.next_offset()
+        self.stream.on_restored(index)
 
     # ---- LogStore, as the stream sees it -----------------------------------------------
 
@@ -120,10 +128,14 @@ class StreamReplica:
     def sync(self) -> None:
         """Durability is the driver's (it registers itself with the flusher)."""
 
-    def apply_retention(self, now_ms: int) -> int:
-        # Deleting entries a lagging follower still needs would call for snapshots, which
-        # replicated streams do not send yet: keep everything.
-        return 0
+    def apply_retention(self, now_ms: int, keep_from: int | None = None) -> int:
+        # The driver keeps what is not applied, and a follower that needs what is gone
+        # gets a snapshot.
+        driver = self._driver
+        return 0 if driver is None else driver.compact(now_ms)
+
+    def reset(self, first_index: int, first_offset: int) -> None:
+        raise StorageError("the group driver installs snapshots of a replicated stream")
 
     def size_bytes(self) -> int:
         return self._real.size_bytes()
@@ -139,8 +151,15 @@ class _Proposer(Protocol):
 
     def next_index(self) -> int: ...
 
+    def compact(self, now_ms: int) -> int: ...
+
 
 def restart_commit_index(meta: MetaStore, group_id: int, store: LogStore) -> int:
     """Where a restarted replica may assume the commit point is: the saved hint, clamped
-    to its log (a hint may lag, never lead, so what it covers is committed)."""
-    return min(load_hard_state(meta, group_id).commit, store.last_index())
+    to its log (a hint may lag, never lead, so what it covers is committed), or the start
+    of its log recorded by a snapshot or retention if that is further."""
+    commit = min(load_hard_state(meta, group_id).commit, store.last_index())
+    snapshot = load_snapshot_meta(meta, group_id)
+    if snapshot is not None and store.first_index() - 1 <= snapshot.index <= store.last_index():
+        commit = max(commit, snapshot.index)
+    return commit

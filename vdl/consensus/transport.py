@@ -1,7 +1,9 @@
 """TCP between Raft nodes: one connection per peer pair carries every group (multi-raft).
 
 `RaftTransport` is the node's `Outbox` (frames go to the peer's link, never blocking a
-driver) and runs the raft listener; inbound frames go to the `GroupRouter`.
+driver) and runs the raft listener; inbound frames go to the `GroupRouter`. Peers come and
+go with the cluster's membership (`add_peer`, `remove_peer`). A connection whose hello
+names node 0 is an admin client: its forward frames are handed to `GroupRouter.on_admin`.
 """
 
 from __future__ import annotations
@@ -12,19 +14,34 @@ from collections.abc import Mapping
 import trio
 
 from vdl.consensus.frames import (
+    FORWARD_GROUP,
     HELLO,
     FrameError,
+    FrameReader,
     decode_hello,
     encode_forward,
     encode_frame,
+    encode_gossip,
+    encode_hello,
 )
 from vdl.consensus.messages import Message
 from vdl.consensus.peer_link import PeerLink
 from vdl.consensus.router import GroupRouter
+from vdl.consensus.snapshot_transfer import (
+    REQUEST,
+    SNAPSHOT_MAGIC,
+    SnapshotData,
+    SnapshotError,
+    fetch_snapshot,
+    serve_snapshot,
+)
 
 log = logging.getLogger(__name__)
 
 _HELLO_TIMEOUT_S = 5.0
+_ADMIN_TIMEOUT_S = 10.0
+_SNAPSHOT_TIMEOUT_S = 300.0
+ADMIN_NODE = 0
 
 
 class RaftTransport:
@@ -40,12 +57,36 @@ class RaftTransport:
         self.node_id = node_id
         self._listen = listen
         self._router = router
-        self.links = {
-            peer: PeerLink(node_id, peer, address, router.deliver, queue_limit=queue_limit)
-            for peer, address in peers.items()
-            if peer != node_id
-        }
+        self._queue_limit = queue_limit
+        self.links: dict[int, PeerLink] = {}
+        self._scopes: dict[int, trio.CancelScope] = {}
+        self._nursery: trio.Nursery | None = None
+        for peer, address in peers.items():
+            self.add_peer(peer, address)
         self.port: int | None = None
+
+    def add_peer(self, peer: int, address: tuple[str, int]) -> None:
+        """Keep a link to `peer` (a new member); a known peer keeps its link."""
+        if peer == self.node_id or peer in self.links:
+            return
+        link = PeerLink(
+            self.node_id, peer, address, self._router.deliver, queue_limit=self._queue_limit
+        )
+        self.links[peer] = link
+        if self._nursery is not None:
+            self._nursery.start_soon(self._run_link, peer, link)
+
+    def remove_peer(self, peer: int) -> None:
+        """Drop the link to a node that left the cluster."""
+        self.links.pop(peer, None)
+        scope = self._scopes.pop(peer, None)
+        if scope is not None:
+            scope.cancel()
+
+    async def _run_link(self, peer: int, link: PeerLink) -> None:
+        with trio.CancelScope() as scope:
+            self._scopes[peer] = scope
+            await link.run()
 
     def send(self, group_id: int, message: Message) -> None:
         link = self.links.get(message.dst)
@@ -62,13 +103,21 @@ class RaftTransport:
         if link is not None:
             link.send(encode_forward(command))
 
+    def gossip(self, body: bytes) -> None:
+        """Send `body` to every connected peer as gossip; best effort."""
+        frame = encode_gossip(body)
+        for link in self.links.values():
+            if link.connected:
+                link.send(frame)
+
     async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         host, port = self._listen
         listeners = await trio.open_tcp_listeners(port, host=host)
         self.port = int(listeners[0].socket.getsockname()[1])
         async with trio.open_nursery() as nursery:
-            for link in self.links.values():
-                nursery.start_soon(link.run)
+            self._nursery = nursery
+            for peer, link in self.links.items():
+                nursery.start_soon(self._run_link, peer, link)
             for listener in listeners:
                 nursery.start_soon(trio.serve_listeners, self._accept, [listener])
             log.info("raft listener on %s:%d", host, self.port)
@@ -78,9 +127,16 @@ class RaftTransport:
         try:
             with trio.fail_after(_HELLO_TIMEOUT_S):
                 hello = await _receive_exactly(stream, HELLO.size)
+                if hello[:4] == SNAPSHOT_MAGIC.to_bytes(4, "big"):
+                    hello += await _receive_exactly(stream, REQUEST.size - HELLO.size)
+                    await self._serve_snapshot(stream, hello)
+                    return
             peer = decode_hello(hello)
         except (trio.TooSlowError, FrameError, trio.BrokenResourceError, OSError, EOFError):
             await stream.aclose()
+            return
+        if peer == ADMIN_NODE:
+            await self._serve_admin(stream)
             return
         link = self.links.get(peer)
         if link is None or link.dials:
@@ -88,6 +144,52 @@ class RaftTransport:
             await stream.aclose()
             return
         await link.serve_connection(stream)
+
+    async def _serve_snapshot(self, stream: trio.SocketStream, request: bytes) -> None:
+        _, group_id, upto = REQUEST.unpack(request)
+        source = self._router.snapshot_source(group_id)
+        try:
+            if source is not None:
+                with trio.move_on_after(_SNAPSHOT_TIMEOUT_S):
+                    await serve_snapshot(stream, self.node_id, group_id, source, upto)
+        except Exception as exc:  # a store read or the connection failed: the follower retries
+            log.warning("serving a snapshot of group %d failed: %s", group_id, exc)
+        finally:
+            await stream.aclose()
+
+    async def fetch_snapshot(self, leader: int, group_id: int, upto: int) -> SnapshotData:
+        """Pull group `group_id`'s log up to `upto` from node `leader` (a follower's
+        part of a snapshot)."""
+        link = self.links.get(leader)
+        if link is None:
+            raise SnapshotError(f"no address for node {leader}")
+        with trio.move_on_after(_SNAPSHOT_TIMEOUT_S):
+            return await fetch_snapshot(link.address, group_id, upto)
+        raise SnapshotError("the snapshot transfer timed out")
+
+    async def _serve_admin(self, stream: trio.SocketStream) -> None:
+        reader = FrameReader()
+        try:
+            with trio.move_on_after(_ADMIN_TIMEOUT_S):
+                while data := await stream.receive_some(64 * 1024):
+                    for group_id, body in reader.feed(data):
+                        handler = self._router.on_admin
+                        if group_id == FORWARD_GROUP and isinstance(body, bytes) and handler:
+                            handler(body)
+        except (FrameError, trio.BrokenResourceError, OSError) as exc:
+            log.warning("dropping admin connection: %s", exc)
+        finally:
+            await stream.aclose()
+
+
+async def send_admin_command(address: tuple[str, int], command: bytes) -> None:
+    """Hand one metadata command to the node at raft `address` (it passes it on to the
+    metadata group's leader). Best effort: check its effect in the cluster's state."""
+    stream = await trio.open_tcp_stream(*address)
+    try:
+        await stream.send_all(encode_hello(ADMIN_NODE) + encode_forward(command))
+    finally:
+        await stream.aclose()
 
 
 async def _receive_exactly(stream: trio.SocketStream, n: int) -> bytes:

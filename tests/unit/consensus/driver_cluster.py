@@ -66,6 +66,8 @@ class Recorder:
     written: list[Entry] = field(default_factory=list)
     truncated: list[int] = field(default_factory=list)
     leaders: list[tuple[int, int, bool]] = field(default_factory=list)
+    persisted: int = 0
+    restored: list[int] = field(default_factory=list)
 
     def on_written(self, entries: Sequence[Entry]) -> None:
         self.written.extend(entries)
@@ -78,6 +80,12 @@ class Recorder:
 
     def on_role_change(self, leader_id: int, term: int, is_leader: bool) -> None:
         self.leaders.append((leader_id, term, is_leader))
+
+    def on_persisted(self, index: int) -> None:
+        self.persisted = max(self.persisted, index)
+
+    def on_restored(self, index: int) -> None:
+        self.restored.append(index)
 
     def data(self) -> list[bytes]:
         return [bytes(e.payload) for e in self.applied if e.type == EntryType.DATA]

@@ -138,3 +138,22 @@ async def test_a_partitioned_follower_catches_up(cluster: DriverCluster) -> None
     last = await cluster.propose(b"healed")
     await cluster.wait_applied(last, [1, 2, 3])
     assert cluster.nodes[cut].machine.data() == cluster.nodes[live[0]].machine.data()
+
+
+async def test_the_machine_hears_when_the_leaders_own_write_is_durable(
+    cluster: DriverCluster,
+) -> None:
+    leader = await cluster.wait_leader()
+    driver = leader.driver
+    assert driver is not None
+    followers = [i for i in cluster.nodes if i != leader.node_id]
+    cluster.net.isolated.update(followers)
+    index, _ = driver.propose([payload(driver.next_index(), b"alone")])
+    with trio.fail_after(1):
+        while leader.machine.persisted < index:
+            await trio.sleep(0.01)
+    # Durable on the leader (what acks=1 waits for), yet no majority has it.
+    assert driver.commit_index < index
+    cluster.net.isolated.clear()
+    await cluster.wait_applied(index, [1, 2, 3])
+    assert all(cluster.nodes[i].machine.persisted >= index for i in followers)

@@ -196,3 +196,35 @@ async def test_a_deposed_leaders_uncommitted_appends_fail_and_are_replaced(
         await _hw(list(nodes.values()), 5)
         for node in nodes.values():
             await node.stop()
+
+
+async def test_leader_durable_waits_for_the_leaders_flush_not_the_majority(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
+    net = MemoryNet()
+    nodes = {i: Replica(i, tmp_path, net) for i in (1, 2, 3)}
+    async with trio.open_nursery() as nursery:
+        for node in nodes.values():
+            await node.start(nursery)
+        leader = await _leader(nodes)
+        first = _append(leader.stream, b"both")
+        await leader.stream.wait_committed(first.last_offset)
+        # Cut the followers off (not the leader: it must stay leader for a while).
+        followers = [n for n in nodes.values() if n is not leader]
+        net.isolated.update(n.node_id for n in followers)
+        alone = _append(leader.stream, b"alone")
+        with trio.fail_after(1):
+            await leader.stream.wait_durable(alone.last_offset)  # acks=1
+        assert leader.stream.durable_end == 2
+        assert leader.stream.high_watermark == 1  # not committed, so not readable
+        with trio.move_on_after(0.3) as waited:
+            await leader.stream.wait_committed(alone.last_offset)  # acks=all
+        assert waited.cancelled_caught
+        net.isolated.clear()
+        with trio.fail_after(10):
+            await leader.stream.wait_committed(alone.last_offset)
+        await _hw(followers, 2)
+        # A follower's entries from the leader count as durable there once flushed.
+        assert all(n.stream.durable_end == 2 for n in followers)
+        for node in nodes.values():
+            await node.stop()

@@ -1,0 +1,314 @@
+"""A 3-node cluster (RF 3, acks=all) against this disk's raw ceiling and PySyncObj, in one run.
+
+    .venv/bin/python bench/cluster.py [--messages N] [--size B] [--partitions P]
+
+Phases, in order: raw disk ceiling; three `python -m vdl.node` on loopback sharing this
+disk; full-load produce (confluent-kafka, acks=all, idempotent: MB/s and ack latency
+p50/p99/p999); half load (a paced producer at half the full-load rate: latency); one message
+in flight (acks/s); failover (kill -9 of a partition leader under a one-in-flight producer:
+time to the next successful ack); the Raft core alone vs PySyncObj on the same payload; raw
+ceiling again (the better of the two is the reference).
+
+The three replicas write to the same disk, so the fair ceiling for the cluster is a third
+of the raw one. PySyncObj is not a VDL dependency: `pip install pysyncobj` into the venv
+(the phase is skipped, and says so, without it). Targets: >= 60% of ceiling/3; p99 <= 5 ms
+at half load; one in flight >= 2,500 acks/s; failover <= 1.5 s; core >= 5x PySyncObj. A
+benchmark reports, never asserts. Everything started is stopped and removed on exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from cluster_phases import create_topics, failover_once, paced_produce, pysyncobj_commits
+from confluent_kafka.admin import AdminClient
+from disk_ceiling import MIB, bulk_append, small_append_sync
+from machine import machine_info
+from node_launcher import REPO_ROOT, BenchNode, free_port
+from produce import SEQUENTIAL_TOPIC, run_sequential
+from raft_core import run_core
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+TOPIC = "bench"
+FAILOVER_TOPIC = "bench-failover"
+THROUGHPUT_TARGET = 0.60  # of the raw ceiling / 3
+HALF_LOAD_P99_MS = 5.0
+SEQUENTIAL_TARGET = 2500.0
+FAILOVER_TARGET_S = 1.5
+CORE_TARGET_RATIO = 5.0
+
+
+@dataclass(slots=True)
+class Cluster:
+    nodes: dict[int, BenchNode]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.bootstrap for n in self.nodes.values())
+
+    def cpu_seconds(self) -> float | None:
+        values = [n.cpu_seconds() for n in self.nodes.values()]
+        return None if any(v is None for v in values) else sum(v or 0.0 for v in values)
+
+    def stop(self) -> list[int | None]:
+        return [node.stop() for node in self.nodes.values()]
+
+
+def start_cluster(workdir: Path, tick_ms: int) -> Cluster:
+    raft = {i: free_port() for i in (1, 2, 3)}
+    peers = ",".join(f"{i}=127.0.0.1:{p}" for i, p in raft.items())
+    nodes = {
+        i: BenchNode(
+            workdir / f"node{i}",
+            workdir / f"node{i}.log",
+            "--node-id",
+            str(i),
+            "--peers",
+            peers,
+            "--raft-tick-ms",
+            str(tick_ms),
+            "--log-level",
+            "WARNING",
+        )
+        for i in raft
+    }
+    cluster = Cluster(nodes)
+    for node in nodes.values():
+        node.start()
+    return cluster
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=200_000, help="full-load messages")
+    parser.add_argument("--size", type=int, default=1024, help="value bytes per message")
+    parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--half-seconds", type=float, default=8.0)
+    parser.add_argument("--sequential-seconds", type=float, default=4.0)
+    parser.add_argument("--failovers", type=int, default=2)
+    parser.add_argument("--core-seconds", type=float, default=3.0)
+    parser.add_argument("--pysyncobj-window", type=int, default=20_000)
+    parser.add_argument("--raft-tick-ms", type=int, default=50)
+    parser.add_argument("--raw-mib", type=int, default=256)
+    parser.add_argument("--dir", type=Path, default=None, help="parent of the work directory")
+    parser.add_argument("--no-save", action="store_true")
+    return parser.parse_args(argv)
+
+
+def _leaders_ready(bootstrap: str, topics: dict[str, int], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
+            if all(
+                t in md.topics
+                and len(md.topics[t].partitions) == n
+                and all(p.leader > 0 for p in md.topics[t].partitions.values())
+                for t, n in topics.items()
+            ):
+                return
+        except Exception:  # the cluster is still electing: ask again
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("partitions have no leaders")
+
+
+def _verdict(ok: bool) -> str:
+    return "met" if ok else "NOT MET"
+
+
+def render(result: dict[str, Any]) -> str:
+    raw = result["raw_disk"]
+    ceiling3 = raw["bulk_reference_mb_per_s"] / 3
+    full, half = result["full_load"], result["half_load"]
+    seq, fail, core = result["sequential"], result["failover"], result["core"]
+    ratio = full["mb_per_s"] / ceiling3
+    rows = [
+        (
+            "raw disk: 1 MiB appends, fdatasync/16 MiB",
+            f"{raw['bulk_reference_mb_per_s']:.1f} MB/s",
+            "best of "
+            + ", ".join(f"{r:.0f}" for r in raw["bulk_runs_mb_per_s"])
+            + f"; /3 = {ceiling3:.1f}",
+            "",
+        ),
+        (
+            "raw disk: 4 KiB append+fdatasync",
+            f"{raw['small_per_s']:.0f} /s",
+            f"p50 {raw['small_p50_ms']:.2f} ms",
+            "",
+        ),
+        (
+            "full load, acks=all, RF 3",
+            f"{full['mb_per_s']:.1f} MB/s",
+            f"{ratio:.0%} of ceiling/3 (target >= {THROUGHPUT_TARGET:.0%})",
+            _verdict(ratio >= THROUGHPUT_TARGET),
+        ),
+        (
+            "  ack latency p50 / p99 / p999",
+            f"{full['p50_ms']:.1f} / {full['p99_ms']:.1f} / {full['p999_ms']:.1f} ms",
+            f"{full['msgs_per_s']:.0f} msg/s; nodes' CPU "
+            f"{full['node_cpu_pct']:.0f}% of one core (2 cores)",
+            "",
+        ),
+        (
+            "half load",
+            f"{half['mb_per_s']:.1f} MB/s",
+            f"p50 {half['p50_ms']:.1f} / p99 {half['p99_ms']:.1f} / p999 {half['p999_ms']:.1f} ms "
+            f"(target p99 <= {HALF_LOAD_P99_MS:.0f} ms)",
+            _verdict(half["p99_ms"] <= HALF_LOAD_P99_MS),
+        ),
+        (
+            "one in flight: acks=all",
+            f"{seq['per_s']:.0f} /s",
+            f"p50 {seq['p50_ms']:.2f} / p99 {seq['p99_ms']:.2f} ms"
+            f" (target >= {SEQUENTIAL_TARGET:.0f})",
+            _verdict(seq["per_s"] >= SEQUENTIAL_TARGET),
+        ),
+    ]
+    if fail["seconds"]:
+        worst = max(fail["seconds"])
+        rows.append(
+            (
+                "failover: leader kill -9 -> next ack",
+                f"{worst:.2f} s",
+                "runs: "
+                + ", ".join(f"{s:.2f}" for s in fail["seconds"])
+                + f" (target <= {FAILOVER_TARGET_S} s)",
+                _verdict(worst <= FAILOVER_TARGET_S),
+            )
+        )
+    rows.append(
+        (
+            "raft core alone (3 nodes, wire codec)",
+            f"{core['per_s']:.0f} commits/s",
+            f"{core['batch']} entries/round, {core['payload_bytes']} B",
+            "",
+        )
+    )
+    ref = result.get("pysyncobj")
+    if ref and ref.get("per_s"):
+        core_ratio = core["per_s"] / ref["per_s"]
+        rows.append(
+            (
+                "PySyncObj (3 processes, no fsync)",
+                f"{ref['per_s']:.0f} commits/s",
+                f"{ref['window']} in flight; core = {core_ratio:.1f}x "
+                f"(target >= {CORE_TARGET_RATIO:.0f}x)",
+                _verdict(core_ratio >= CORE_TARGET_RATIO),
+            )
+        )
+    else:
+        rows.append(("PySyncObj", "skipped", str((ref or {}).get("error")), ""))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    workdir = Path(tempfile.mkdtemp(prefix="vdl-cluster-bench-", dir=args.dir))
+    raw_dir = workdir / "raw-disk"
+    raw_dir.mkdir()
+    started = dt.datetime.now(dt.UTC)
+    machine = machine_info(workdir)
+    cluster: Cluster | None = None
+    try:
+        print("raw disk...", file=sys.stderr)
+        raw_runs = [bulk_append(raw_dir, args.raw_mib * MIB)]
+        raw_small = small_append_sync(raw_dir, seconds=2.0)
+        print("cluster...", file=sys.stderr)
+        cluster = start_cluster(workdir, args.raft_tick_ms)
+        topics = {TOPIC: args.partitions, SEQUENTIAL_TOPIC: 1, FAILOVER_TOPIC: 1}
+        create_topics(cluster.bootstrap, topics)
+        _leaders_ready(cluster.bootstrap, topics)
+        print(f"full load: {args.messages} x {args.size} B...", file=sys.stderr)
+        cpu_before = cluster.cpu_seconds()
+        full = paced_produce(cluster.bootstrap, TOPIC, args.size, count=args.messages)
+        cpu_after = cluster.cpu_seconds()
+        node_cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
+        print("half load...", file=sys.stderr)
+        half = paced_produce(
+            cluster.bootstrap,
+            TOPIC,
+            args.size,
+            rate=full.msgs_per_s / 2,
+            seconds=args.half_seconds,
+        )
+        print("one in flight...", file=sys.stderr)
+        sequential = run_sequential(cluster.bootstrap, args.size, args.sequential_seconds)
+        failovers: list[float] = []
+        for round_ in range(args.failovers):
+            print(f"failover {round_ + 1}...", file=sys.stderr)
+            seconds, victim = failover_once(cluster.bootstrap, FAILOVER_TOPIC, cluster.nodes)
+            failovers.append(seconds)
+            cluster.nodes[victim].start()
+            _leaders_ready(cluster.bootstrap, topics)
+            time.sleep(2)  # the restarted node catches up before the next round
+        exits = cluster.stop()
+        cluster = None
+        print("raft core and PySyncObj...", file=sys.stderr)
+        core = run_core(args.size, args.core_seconds)
+        reference = pysyncobj_commits(args.size, args.core_seconds + 2, args.pysyncobj_window)
+        raw_runs.append(bulk_append(raw_dir, args.raw_mib * MIB))
+    finally:
+        if cluster is not None:
+            for node in cluster.nodes.values():
+                if node.process is not None and node.process.poll() is None:
+                    print(f"node log tail:\n{node.log_tail(15)}", file=sys.stderr)
+            cluster.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    best = max(r.mb_per_s for r in raw_runs)
+    result: dict[str, Any] = {
+        "bench": "cluster",
+        "started_utc": started.isoformat(timespec="seconds"),
+        "parameters": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "machine": machine,
+        "node_exit_codes": exits,
+        "raw_disk": {
+            "bulk_runs_mb_per_s": [r.mb_per_s for r in raw_runs],
+            "bulk_reference_mb_per_s": best,
+            "fair_ceiling_mb_per_s": best / 3,
+            "small_per_s": raw_small.per_s,
+            "small_p50_ms": raw_small.p50_ms,
+        },
+        "full_load": {
+            **full.as_dict(),
+            "node_cpu_s": node_cpu,
+            "node_cpu_pct": 100 * (node_cpu or 0.0) / full.seconds,
+            "ratio_to_fair_ceiling": full.mb_per_s / (best / 3),
+        },
+        "half_load": half.as_dict(),
+        "sequential": {
+            "per_s": sequential.per_s,
+            "p50_ms": sequential.p50_ms,
+            "p99_ms": sequential.p99_ms,
+            "errors": sequential.errors,
+        },
+        "failover": {"seconds": failovers},
+        "core": {**asdict(core), "per_s": core.per_s},
+        "pysyncobj": reference,
+    }
+    if reference.get("per_s"):
+        result["core"]["ratio_to_pysyncobj"] = core.per_s / reference["per_s"]
+    print(render(result))
+    if not args.no_save:
+        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        path = RESULTS_DIR / f"cluster-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
+        path.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"saved {path.relative_to(REPO_ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""Membership changes on a running cluster of real nodes, under an acks=all producer: a 4th
+node joins (`--join`), becomes a replica of the partition (learner, then voter), then is
+removed; no acknowledged message is lost or moved."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient
+
+from tests.integration.node_process import NodeProcess, free_port
+from tests.integration.test_cluster import TOPIC, Cluster, _create_topic, _read_all
+from vdl.consensus.transport import send_admin_command
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path)
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+
+
+def _admin(cluster: Cluster, command: dict[str, object]) -> None:
+    """Send a metadata command to node 1's raft port (it passes it to the leader)."""
+    raw = json.dumps(command).encode()
+    trio.run(send_admin_command, ("127.0.0.1", cluster.raft_ports[1]), raw)
+
+
+def _partition(bootstrap: str) -> tuple[set[int], int, list[int], list[int]]:
+    """(brokers, leader, replicas, isr) of partition 0, as the node at `bootstrap` says."""
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(TOPIC, timeout=10)
+    part = md.topics[TOPIC].partitions[0]
+    brokers = set(md.brokers)
+    return brokers, part.leader, sorted(part.replicas), sorted(part.isrs)
+
+
+def _wait(cluster: Cluster, what: str, check: object, timeout: float = 60) -> None:
+    """Until `check(brokers, replicas, leader's isr)` holds, as node 1 and the leader say."""
+    assert callable(check)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            brokers, leader, replicas, _ = _partition(cluster.nodes[1].bootstrap)
+            if leader > 0 and leader in cluster.nodes:
+                _, _, _, isr = _partition(cluster.nodes[leader].bootstrap)
+                if check(brokers, replicas, isr):
+                    return
+        except (KafkaException, KeyError):
+            pass
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.3)
+
+
+def test_a_fourth_node_joins_replicates_and_leaves_under_load(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    _create_topic(cluster)
+    acked: dict[bytes, int] = {}
+    errors: list[str] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def on_delivery(err: object, msg: object) -> None:
+        with lock:
+            if err is None:
+                acked[msg.value()] = msg.offset()  # type: ignore[attr-defined]
+            else:
+                errors.append(str(err))
+
+    producer = Producer(
+        {
+            "bootstrap.servers": ",".join(n.bootstrap for n in cluster.nodes.values()),
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "message.timeout.ms": 60000,
+            "topic.metadata.refresh.interval.ms": 1000,
+        }
+    )
+
+    def produce() -> None:
+        sent = 0
+        while not stop.is_set():
+            try:
+                producer.produce(TOPIC, value=b"m%07d" % sent, on_delivery=on_delivery)
+                sent += 1
+            except BufferError:
+                pass
+            producer.poll(0.002)
+
+    writer = threading.Thread(target=produce)
+    writer.start()
+    fourth: NodeProcess | None = None
+    try:
+        port = free_port()
+        fourth = NodeProcess(
+            tmp_path / "node4",
+            "--node-id",
+            "4",
+            "--peers",
+            f"{cluster.peers},4=127.0.0.1:{port}",
+            "--join",
+            "true",
+            "--raft-tick-ms",
+            "50",
+            "--shutdown-grace-ms",
+            "5000",
+        ).start()
+        # It joins group 0 (and so registers as a broker) by itself.
+        _wait(cluster, "node 4 to join", lambda b, r, i: 4 in b)
+        _admin(
+            cluster, {"op": "set_replicas", "name": TOPIC, "partition": 0, "replicas": [1, 2, 3, 4]}
+        )
+        # In the leader's ISR only once promoted to voter (and in contact).
+        _wait(cluster, "node 4 to replicate", lambda b, r, i: r == i == [1, 2, 3, 4])
+        _admin(cluster, {"op": "remove_node", "node": 4})
+        _wait(cluster, "node 4 to leave", lambda b, r, i: 4 not in b and r == i == [1, 2, 3])
+        assert fourth.stop(30) == 0
+        time.sleep(1)  # and the three carry on alone
+    finally:
+        stop.set()
+        writer.join()
+        if fourth is not None and fourth.alive():
+            fourth.kill()
+    assert producer.flush(60) == 0
+    assert not errors, errors[:3]
+    assert len(acked) > 100
+    read = dict(_read_all(cluster.bootstrap, TOPIC, len(acked)))
+    for value, offset in acked.items():
+        assert read.get(offset) == value, (value, offset)
+    # Both group 0 and the partition's group went learner -> voter -> removed.
+    logs = "".join(n.log() for n in cluster.nodes.values())
+    for step in ("ADD_LEARNER node 4", "PROMOTE node 4", "REMOVE node 4"):
+        assert f"group 0: {step}" in logs
+        assert re.search(rf"group [1-9][0-9]*: {step}", logs), step
