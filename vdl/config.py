@@ -16,6 +16,9 @@ from typing import Any, get_args
 
 from vdl.backends.registry import LOG_BACKENDS, LogBackend
 
+# The Kafka SASL mechanisms a node can enable (vdl.security.sasl.MECHANISMS).
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
 
 class ConfigError(Exception):
     """The configuration cannot be used; the message says which setting and why."""
@@ -58,6 +61,12 @@ class NodeConfig:
     retention_check_ms: int = 60_000
     max_message_bytes: int = 1024 * 1024 + 12  # Kafka's message.max.bytes default
     max_request_bytes: int = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes default
+    # Kafka clients: a connection with no traffic and nothing in flight for this long is
+    # closed (Kafka's connections.max.idle.ms); byte-rate quotas per client id for
+    # produce and fetch, -1 for none (Kafka's producer_byte_rate / consumer_byte_rate).
+    connections_max_idle_ms: int = 600_000
+    producer_byte_rate: int = -1
+    consumer_byte_rate: int = -1
     shutdown_grace_ms: int = 30_000
     # Consumer groups; names and defaults follow Kafka's group.* broker settings.
     group_initial_rebalance_delay_ms: int = 3000
@@ -72,11 +81,26 @@ class NodeConfig:
     tls_key: Path | None = None
     database: str = "/local"
     users: Path | None = None
+    # Security (README "Security"). Kafka TLS is on when both kafka_tls_cert and
+    # kafka_tls_key are given; tls_client_ca makes both listeners require client
+    # certificates it signed (mTLS). SASL mechanisms need a users file. With a users file,
+    # authentication is on for both protocols and ACLs are enforced: deny unless granted.
+    kafka_tls_cert: Path | None = None
+    kafka_tls_key: Path | None = None
+    tls_client_ca: Path | None = None
+    kafka_sasl_mechanisms: tuple[str, ...] = ()
+    superusers: tuple[str, ...] = ()
+    token_lifetime_ms: int = 12 * 3600 * 1000
+    # Failed logins (SASL or YDB Login) allowed per client address per window.
+    login_max_failures: int = 10
+    login_failure_window_ms: int = 60_000
     # Replication. With peers (the raft addresses of the initial members, the same list on
     # every node) the node joins a cluster as --node-id; without, it is a one-node cluster.
     raft_listen: HostPort | None = None  # defaults to this node's address in peers
     peers: tuple[tuple[int, HostPort], ...] = ()
     raft_tick_ms: int = 100  # one Raft tick; elections take 10-20 ticks
+    # Not an initial member: this node asks the others in peers to add it (README).
+    join: bool = False
 
     @property
     def clustered(self) -> bool:
@@ -127,8 +151,25 @@ def _convert(name: str, raw: Any) -> Any:
             "raft_listen",
         ):
             return raw if isinstance(raw, HostPort) else HostPort.parse(str(raw))
-        if name in ("data_dir", "tls_cert", "tls_key", "users"):
+        if name in (
+            "data_dir",
+            "tls_cert",
+            "tls_key",
+            "users",
+            "kafka_tls_cert",
+            "kafka_tls_key",
+            "tls_client_ca",
+        ):
             return Path(raw)
+        if name in ("kafka_sasl_mechanisms", "superusers"):
+            items = raw if isinstance(raw, list | tuple) else str(raw).split(",")
+            values = tuple(str(item).strip() for item in items if str(item).strip())
+            if name == "kafka_sasl_mechanisms":
+                values = tuple(v.upper() for v in values)
+                bad = [v for v in values if v not in SASL_MECHANISMS]
+                if bad:
+                    raise ConfigError(f"expected some of {', '.join(SASL_MECHANISMS)}")
+            return values
         if name == "database":
             text = str(raw)
             if not text.startswith("/") or text.rstrip("/") == "":
@@ -140,7 +181,7 @@ def _convert(name: str, raw: Any) -> Any:
             return raw
         if name == "log_level":
             return str(raw).upper()
-        if name == "auto_create_topics":
+        if name in ("auto_create_topics", "join"):
             if isinstance(raw, bool):
                 return raw
             lowered = str(raw).lower()
@@ -188,10 +229,26 @@ def load_config(argv: Sequence[str], environ: Mapping[str, str]) -> NodeConfig:
         raise ConfigError("default-partitions must be at least 1")
     if (config.tls_cert is None) != (config.tls_key is None):
         raise ConfigError("tls-cert and tls-key must be given together")
+    if (config.kafka_tls_cert is None) != (config.kafka_tls_key is None):
+        raise ConfigError("kafka-tls-cert and kafka-tls-key must be given together")
+    if (
+        config.tls_client_ca is not None
+        and config.tls_cert is None
+        and (config.kafka_tls_cert is None)
+    ):
+        raise ConfigError("tls-client-ca needs a TLS listener (tls-cert or kafka-tls-cert)")
+    if config.kafka_sasl_mechanisms and config.users is None:
+        raise ConfigError("kafka-sasl-mechanisms needs a users file (--users)")
+    if config.token_lifetime_ms < 1000:
+        raise ConfigError("token-lifetime-ms must be at least 1000")
     if config.peers and config.node_id not in dict(config.peers):
         raise ConfigError(f"node-id {config.node_id} is not among the peers")
     if config.raft_listen is not None and not config.peers:
         raise ConfigError("raft-listen needs peers")
+    if config.connections_max_idle_ms < 1:
+        raise ConfigError("connections-max-idle-ms must be at least 1")
+    if config.producer_byte_rate == 0 or config.consumer_byte_rate == 0:
+        raise ConfigError("a byte rate is positive, or -1 for no quota")
     if config.raft_tick_ms < 1:
         raise ConfigError("raft-tick-ms must be at least 1")
     return config

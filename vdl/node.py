@@ -11,6 +11,7 @@ import hashlib
 import logging
 import os
 import signal
+import ssl
 import sys
 import time
 import uuid
@@ -21,17 +22,25 @@ import trio
 from vdl.backends.registry import open_meta_store
 from vdl.broker.broker import Broker
 from vdl.broker.topics import TopicCatalog, topic_config_specs
+from vdl.cluster.coordinator_role import CoordinatorRole
 from vdl.cluster.manager import ClusterManager, ClusterSettings
 from vdl.cluster.memory_meta import MemoryMetaStore
+from vdl.cluster.offset_commands import ReplicatedOffsets
 from vdl.config import ConfigError, HostPort, NodeConfig, load_config
 from vdl.groups.coordinator import GroupConfig
+from vdl.groups.offsets import OffsetStore
 from vdl.groups.service import GroupService
 from vdl.log.flusher import Flusher
-from vdl.net.grpc import GrpcServer, server_ssl_context
+from vdl.net.grpc import GrpcServer
 from vdl.net.kafka.control_codec import warm_up
+from vdl.net.kafka.quotas import KafkaQuotas
 from vdl.net.kafka.server import KafkaServer
-from vdl.net.ydb.auth import UsersFileError, load_users
 from vdl.net.ydb.service import YdbFrontEnd
+from vdl.security.acl_store import AclStore
+from vdl.security.service import Security
+from vdl.security.throttle import LoginThrottle
+from vdl.security.tls import TlsConfigError, server_context
+from vdl.security.users import UsersFileError, UserStore
 
 log = logging.getLogger("vdl.node")
 
@@ -39,7 +48,10 @@ _CLUSTER_ID_KEY = b"cluster/id"
 
 
 def _cluster_id_of(config: NodeConfig) -> str:
-    peers = ",".join(f"{n}={a}" for n, a in config.peers)
+    # Over the initial members: a joining node lists itself too, but is not one of them.
+    peers = ",".join(
+        f"{n}={a}" for n, a in config.peers if not (config.join and n == config.node_id)
+    )
     return hashlib.sha256(peers.encode()).hexdigest()[:22]
 
 
@@ -47,14 +59,33 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def tls_contexts(config: NodeConfig) -> tuple[ssl.SSLContext | None, ssl.SSLContext | None]:
+    """(Kafka, gRPC) server contexts; raises TlsConfigError naming the bad file."""
+    kafka = grpc = None
+    if config.kafka_tls_cert is not None and config.kafka_tls_key is not None:
+        kafka = server_context(
+            config.kafka_tls_cert, config.kafka_tls_key, client_ca=config.tls_client_ca
+        )
+    if config.tls_cert is not None and config.tls_key is not None:
+        # HTTP/2 over TLS: grpcio drops a connection whose ALPN is not h2.
+        grpc = server_context(
+            config.tls_cert, config.tls_key, client_ca=config.tls_client_ca, alpn=["h2"]
+        )
+    return kafka, grpc
+
+
 class Node:
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
         self.kafka_port: int | None = None
         self.grpc_port: int | None = None
-        self._users: dict[str, str] | None = None
+        self._users: UserStore | None = None
+        self._kafka_tls: ssl.SSLContext | None = None
+        self._grpc_tls: ssl.SSLContext | None = None
+        self._security = Security()
         self._stop = trio.Event()
         self._cluster: ClusterManager | None = None
+        self._replicated_offsets: ReplicatedOffsets | None = None
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -62,13 +93,30 @@ class Node:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         config = self.config
         try:
-            self._users = load_users(config.users) if config.users is not None else None
-        except UsersFileError as exc:
+            self._users = UserStore.from_file(config.users) if config.users is not None else None
+            self._load_tls()
+        except (UsersFileError, TlsConfigError) as exc:
             log.error("%s", exc)
             raise SystemExit(2) from None
+        if self._users is not None and (legacy := self._users.legacy_users()):
+            log.warning(
+                "users file %s stores plain-text passwords for %s; rewrite them with "
+                "`vdl user passwd`",
+                config.users,
+                ", ".join(legacy),
+            )
         config.data_dir.mkdir(parents=True, exist_ok=True)
         meta = open_meta_store(config.data_dir / "meta")
         try:
+            self._security = Security(
+                users=self._users,
+                # Durable in this node's MetaStore; authorization is on with authentication.
+                acls=AclStore(meta, config.superusers, enabled=True) if self._users else None,
+                throttle=LoginThrottle(
+                    config.login_max_failures, config.login_failure_window_ms / 1000
+                ),
+                sasl_mechanisms=config.kafka_sasl_mechanisms,
+            )
             cluster_id = meta.get(_CLUSTER_ID_KEY)
             if cluster_id is None:
                 cluster_id = uuid.uuid4().hex[:22].encode()
@@ -106,12 +154,18 @@ class Node:
                         data_dir=config.data_dir,
                         tick_s=config.raft_tick_ms / 1000,
                         log_backend=config.log_backend,
+                        join=config.join,
                     ),
                     broker,
                     meta,
                     flusher,
                 )
                 broker.cluster = self._cluster
+                # Registered before group 0 replays its log, which holds the commits.
+                self._replicated_offsets = ReplicatedOffsets(
+                    self._cluster.metadata, OffsetStore(meta)
+                )
+                self._replicated_offsets.register(self._cluster.state)
             try:
                 await self._serve(broker, flusher, cluster_id.decode(), task_status)
             finally:
@@ -120,6 +174,9 @@ class Node:
         finally:
             meta.close()
         log.info("stopped")
+
+    def _load_tls(self) -> None:
+        self._kafka_tls, self._grpc_tls = tls_contexts(self.config)
 
     async def _serve(
         self,
@@ -161,6 +218,17 @@ class Node:
             )
             broker.groups = groups
             await root.start(groups.run)
+            coordination = trio.CancelScope()
+            if cluster is not None:
+                role = CoordinatorRole(cluster.metadata, groups)
+                groups.role = role.error
+                groups.replicator = self._replicated_offsets
+
+                async def coordinate() -> None:
+                    with coordination:
+                        await role.run()
+
+                root.start_soon(coordinate)
             kafka = KafkaServer(
                 broker,
                 config.node_id,
@@ -168,6 +236,13 @@ class Node:
                 config.kafka_listen,
                 config.kafka_advertised,
                 config.max_request_bytes,
+                ssl_context=self._kafka_tls,
+                security=self._security,
+                quotas=KafkaQuotas(
+                    config.producer_byte_rate if config.producer_byte_rate > 0 else None,
+                    config.consumer_byte_rate if config.consumer_byte_rate > 0 else None,
+                ),
+                connections_max_idle_ms=config.connections_max_idle_ms,
             )
             ydb = YdbFrontEnd(
                 broker,
@@ -177,13 +252,11 @@ class Node:
                 node_id=config.node_id,
                 users=self._users,
                 clock_ms=wall_clock_ms,
+                security=self._security,
+                token_lifetime_ms=config.token_lifetime_ms,
             )
             tls = config.tls_cert is not None and config.tls_key is not None
-            grpc = GrpcServer(
-                ssl_context=server_ssl_context(config.tls_cert, config.tls_key)
-                if config.tls_cert is not None and config.tls_key is not None
-                else None
-            )
+            grpc = GrpcServer(ssl_context=self._grpc_tls)
             ydb.register(grpc)
             async with trio.open_nursery() as front_ends:
                 self.kafka_port = await front_ends.start(kafka.serve)
@@ -216,6 +289,7 @@ class Node:
                 # Held JoinGroup/SyncGroup requests are answered now, not at the grace deadline.
                 groups.stop()
             housekeeping.cancel()
+            coordination.cancel()
             # In-flight produces have finished (or failed) above; now the groups can stop.
             raft_scope.cancel()
             flusher.stop()
@@ -240,7 +314,11 @@ async def run_node(config: NodeConfig) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     try:
         config = load_config(sys.argv[1:] if argv is None else argv, os.environ)
-    except ConfigError as exc:
+        # Unusable security files are start-up errors: one line, exit code 2.
+        tls_contexts(config)
+        if config.users is not None:
+            UserStore.from_file(config.users)
+    except (ConfigError, TlsConfigError, UsersFileError) as exc:
         print(f"vdl-node: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     logging.basicConfig(

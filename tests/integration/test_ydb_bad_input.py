@@ -4,11 +4,23 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import trio
 import ydb
+from h2.errors import ErrorCodes
+from hpack import Encoder
+from hyperframe.frame import (
+    ContinuationFrame,
+    Frame,
+    GoAwayFrame,
+    HeadersFrame,
+    PingFrame,
+    RstStreamFrame,
+    SettingsFrame,
+)
 
 from tests.integration.node_process import NodeProcess
 from vdl.net.grpc import GrpcChannel, GrpcError, GrpcSettings, StatusCode
@@ -139,4 +151,97 @@ async def test_message_over_the_topic_limit(node: NodeProcess) -> None:
     message = await trio.to_thread.run_sync(_write_oversized, node)
     assert "max.message.bytes" in message
     assert "2097152 bytes" in message
+    await _still_serving(node)
+
+
+class RawH2Client:
+    """HTTP/2 written frame by frame, to send what a well-behaved client library never does
+    (h2's own client would refuse to exceed the server's limits)."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.encoder = Encoder()
+        self.frames: list[Frame] = []
+        self._buffer = bytearray()
+        self.eof = False
+
+    async def start(self) -> None:
+        await self.stream.send_all(PREFACE + SettingsFrame(0).serialize())
+
+    def request(self, stream_id: int, *extra: tuple[bytes, bytes]) -> bytes:
+        """HEADERS (+ CONTINUATION, within the default 16 KiB frame size) of a StreamWrite."""
+        block = self.encoder.encode(
+            [
+                (b":method", b"POST"),
+                (b":scheme", b"http"),
+                (b":path", STREAM_WRITE.encode()),
+                (b":authority", b"127.0.0.1"),
+                (b"content-type", b"application/grpc"),
+                (b"te", b"trailers"),
+                (b"x-ydb-database", DATABASE.encode()),
+                *extra,
+            ]
+        )
+        chunks = [block[i : i + 16_384] for i in range(0, len(block), 16_384)]
+        frames: list[Frame] = [HeadersFrame(stream_id, data=chunks[0])]
+        frames += [ContinuationFrame(stream_id, data=chunk) for chunk in chunks[1:]]
+        frames[-1].flags.add("END_HEADERS")
+        return b"".join(frame.serialize() for frame in frames)
+
+    async def read_until(self, done: Callable[[], bool], timeout: float = 20) -> None:
+        """Collect the server's frames until ``done()`` or the connection ends."""
+        with trio.fail_after(timeout):
+            while not done() and not self.eof:
+                try:
+                    data = await self.stream.receive_some(65536)
+                except trio.BrokenResourceError:
+                    data = b""
+                if not data:
+                    self.eof = True
+                    return
+                self._buffer += data
+                while len(self._buffer) >= 9:
+                    frame, length = Frame.parse_frame_header(memoryview(self._buffer[:9]))
+                    if len(self._buffer) < 9 + length:
+                        break
+                    frame.parse_body(memoryview(bytes(self._buffer[9 : 9 + length])))
+                    del self._buffer[: 9 + length]
+                    self.frames.append(frame)
+
+    def of(self, kind: type[Frame]) -> list[Any]:
+        return [frame for frame in self.frames if isinstance(frame, kind)]
+
+
+async def test_oversized_headers_end_only_that_connection(node: NodeProcess) -> None:
+    limit = GrpcSettings().max_header_list_size
+    async with await trio.open_tcp_stream("127.0.0.1", node.grpc_port) as stream:
+        client = RawH2Client(stream)
+        await client.start()
+        await stream.send_all(client.request(1, (b"x-big", b"v" * (limit + 1024))))
+        await client.read_until(lambda: bool(client.of(GoAwayFrame)))
+        (goaway,) = client.of(GoAwayFrame)
+        assert goaway.error_code == ErrorCodes.ENHANCE_YOUR_CALM
+        assert not client.of(HeadersFrame)
+        await client.read_until(lambda: False)  # then the server closes the connection
+        assert client.eof
+    await _still_serving(node)
+
+
+async def test_streams_over_the_limit_are_refused_one_by_one(node: NodeProcess) -> None:
+    limit = GrpcSettings().max_concurrent_streams
+    extra = 10
+    ids = [2 * i + 1 for i in range(limit + extra)]
+    async with await trio.open_tcp_stream("127.0.0.1", node.grpc_port) as stream:
+        client = RawH2Client(stream)
+        await client.start()
+        # No END_STREAM: every StreamWrite stays open, waiting for its init_request.
+        await stream.send_all(b"".join(client.request(sid) for sid in ids))
+        await client.read_until(lambda: len(client.of(RstStreamFrame)) >= extra)
+        refused = {(f.stream_id, f.error_code) for f in client.of(RstStreamFrame)}
+        assert refused == {(sid, ErrorCodes.REFUSED_STREAM) for sid in ids[limit:]}
+        assert not client.of(GoAwayFrame)
+        # The connection and its open calls are still alive: a PING is answered.
+        await stream.send_all(PingFrame(0, opaque_data=b"vdl-ping").serialize())
+        await client.read_until(lambda: any("ACK" in f.flags for f in client.of(PingFrame)))
+        assert not client.eof and not client.of(GoAwayFrame)
     await _still_serving(node)

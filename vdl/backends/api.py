@@ -152,9 +152,15 @@ class LogStore(Protocol):
         The only method that may run in another thread concurrently with `append`."""
         ...
 
-    def apply_retention(self, now_ms: int) -> int:
-        """Delete whole closed segments beyond the configured retention; return how many
+    def apply_retention(self, now_ms: int, keep_from: int | None = None) -> int:
+        """Delete whole closed segments beyond the configured retention, never an entry at
+        or after `keep_from` (a replica keeps what it has not applied yet); return how many
         entries were removed. first_index()/first_offset() move forward accordingly."""
+        ...
+
+    def reset(self, first_index: int, first_offset: int) -> None:
+        """Drop every entry: the log goes on at `first_index`, its records from
+        `first_offset` (a follower taking a snapshot of a log whose prefix is gone)."""
         ...
 
     def size_bytes(self) -> int:

@@ -26,6 +26,11 @@ from vdl.log.ydb_mapping import YdbProducerTable
 
 # The term written with every entry while a stream has a single replica; Raft starts here.
 SINGLE_NODE_TERM = 1
+# Kafka's producer.id.expiration.ms: a producer silent this long is forgotten, which only
+# means its next batch is accepted whatever its sequence (see ProducerStateTable.check).
+PRODUCER_ID_EXPIRATION_MS = 24 * 3600 * 1000
+# Kafka's producer.id.expiration.check.interval.ms: expiry is a sweep, not per append.
+_EXPIRY_CHECK_MS = 10 * 60 * 1000
 
 
 class StreamError(Exception):
@@ -51,6 +56,7 @@ class LogStream:
         clock_ms: Callable[[], int],
         *,
         log_append_time: bool = False,
+        producer_expiry_ms: int = PRODUCER_ID_EXPIRATION_MS,
     ) -> None:
         self.name = name
         self._store = store
@@ -66,11 +72,19 @@ class LogStream:
         self._waiter_seq = itertools.count()
         self._watchers: set[trio.Event] = set()
         self.producers = ProducerStateTable()
+        self._producer_expiry_ms = producer_expiry_ms
+        self._next_expiry_ms = clock_ms() + min(_EXPIRY_CHECK_MS, producer_expiry_ms)
         self._rebuild_producer_state()
         self._ydb_producers: YdbProducerTable | None = None
         # Set by attach_replication: a Raft group's driver decides commits, not the flusher.
         self._replicated = False
         self._truncated_waiters: set[trio.Event] = set()
+        # Replicated only: entries not yet durable on this node's own disk (raft index,
+        # offset after), the offset after the last one that is, and who waits for it
+        # (Kafka acks=1 is leader-durable, acks=all majority-durable).
+        self._unsynced: deque[tuple[int, int]] = deque()
+        self._local_durable = 0
+        self._durable_waiters: list[tuple[int, int, trio.Event]] = []
 
     @property
     def store(self) -> LogStore:
@@ -81,12 +95,28 @@ class LogStream:
         return self._high_watermark
 
     @property
+    def durable_end(self) -> int:
+        """The offset after the last entry durable on this node's disk (or committed)."""
+        if not self._replicated:
+            return self._high_watermark
+        return max(self._high_watermark, self._local_durable)
+
+    @property
     def log_start_offset(self) -> int:
         return self._store.first_offset()
 
     @property
     def log_end_offset(self) -> int:
         return self._store.next_offset()
+
+    def _expire_producers(self, now_ms: int) -> None:
+        # Bounds the table's memory on leaders and followers alike. Replicas sweep on
+        # their own clocks, so they may briefly disagree about a silent producer; that is
+        # harmless because a forgotten producer's next batch is accepted (Kafka's rule).
+        if now_ms < self._next_expiry_ms:
+            return
+        self._next_expiry_ms = now_ms + min(_EXPIRY_CHECK_MS, self._producer_expiry_ms)
+        self.producers.expire(now_ms, self._producer_expiry_ms)
 
     def _rebuild_producer_state(self) -> None:
         now = self._clock_ms()
@@ -141,6 +171,7 @@ class LogStream:
             raise StreamError(verdict.error, verdict.message)
         assert isinstance(verdict, Accept)
         now = self._clock_ms()
+        self._expire_producers(now)
         base = self._store.next_offset()
         append_time = now if self._log_append_time else None
         payload = assign_offsets(batch, base, SINGLE_NODE_TERM, append_time, in_place=True)
@@ -148,6 +179,8 @@ class LogStream:
         self._store.append([Entry(SINGLE_NODE_TERM, index, EntryType.DATA, payload)])
         last = base + info.last_offset_delta
         self._uncommitted.append((index, last + 1))
+        if self._replicated:
+            self._unsynced.append((index, last + 1))
         timestamp = now if append_time is not None else -1
         self.producers.record(
             info.producer_id,
@@ -181,6 +214,7 @@ class LogStream:
         hw = self._high_watermark
         while self._commit_waiters and self._commit_waiters[0][0] < hw:
             heapq.heappop(self._commit_waiters)[2].set()
+        self._wake_durable()
         for event in self._watchers:
             event.set()
         self._watchers.clear()
@@ -201,6 +235,43 @@ class LogStream:
             )
         if last_offset >= self._high_watermark:
             raise StreamError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{self.name} was closed")
+
+    async def wait_durable(self, last_offset: int) -> None:
+        """Return once every offset up to last_offset is durable on this node (Kafka
+        acks=1): on one node that is the commit; under Raft the leader's own flush, or the
+        majority commit if that comes first. Not yet visible to readers, and lost if a new
+        leader replaces the entries before they commit (as with Kafka's acks=1)."""
+        if not self._replicated:
+            await self.wait_committed(last_offset)
+            return
+        if last_offset < self.durable_end:
+            return
+        if self._closed:
+            raise StreamError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{self.name} is closed")
+        event = trio.Event()
+        heapq.heappush(self._durable_waiters, (last_offset, next(self._waiter_seq), event))
+        await event.wait()
+        if event in self._truncated_waiters:
+            self._truncated_waiters.discard(event)
+            raise StreamError(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{self.name}: a new leader replaced the entry"
+            )
+        if last_offset >= self.durable_end:
+            raise StreamError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{self.name} was closed")
+
+    def on_local_durable(self, index: int) -> None:
+        """The group's driver made every entry up to raft `index` durable here."""
+        advanced = False
+        while self._unsynced and self._unsynced[0][0] <= index:
+            self._local_durable = self._unsynced.popleft()[1]
+            advanced = True
+        if advanced:
+            self._wake_durable()
+
+    def _wake_durable(self) -> None:
+        end = self.durable_end
+        while self._durable_waiters and self._durable_waiters[0][0] < end:
+            heapq.heappop(self._durable_waiters)[2].set()
 
     def watch(self, event: trio.Event) -> None:
         """Set `event` on the next advance of the high watermark (used by long polls)."""
@@ -233,9 +304,10 @@ class LogStream:
         if self._closed:
             return
         self._closed = True
-        for _, _, event in self._commit_waiters:
+        for _, _, event in [*self._commit_waiters, *self._durable_waiters]:
             event.set()
         self._commit_waiters.clear()
+        self._durable_waiters.clear()
         self._wake()
         await self._flusher.release(self)
         self._store.close()
@@ -251,6 +323,9 @@ class LogStream:
         self._commit_index = commit_index
         self._high_watermark = view.first_offset()
         self._uncommitted.clear()
+        self._unsynced.clear()
+        # The driver syncs the store before it starts: everything stored is durable.
+        self._local_durable = view.next_offset()
         for index, header in view.data_headers():
             after = parse_batch_header(header).next_offset
             if index <= commit_index:
@@ -262,6 +337,9 @@ class LogStream:
         """A follower stored the leader's DATA entry at `index` (not committed yet)."""
         info = parse_batch_header(payload)
         self._uncommitted.append((index, info.next_offset))
+        self._unsynced.append((index, info.next_offset))
+        now = self._clock_ms()
+        self._expire_producers(now)
         self.producers.record(
             info.producer_id,
             info.producer_epoch,
@@ -269,8 +347,23 @@ class LogStream:
             info.last_offset_delta,
             info.base_offset,
             info.max_timestamp if info.timestamp_type else -1,
-            self._clock_ms(),
+            now,
         )
+
+    def on_restored(self, index: int) -> None:
+        """The group replaced this replica's log by a snapshot ending at raft `index`:
+        everything stored is committed, and nothing is pending."""
+        self._uncommitted.clear()
+        self._unsynced.clear()
+        self._commit_index = index
+        end = self._store.next_offset()
+        self._high_watermark = self._local_durable = end
+        self._commit_waiters = self._fail_from(self._commit_waiters, end)
+        self._durable_waiters = self._fail_from(self._durable_waiters, end)
+        self.producers = ProducerStateTable()
+        self._rebuild_producer_state()
+        self._ydb_producers = None
+        self._wake()
 
     def on_truncated(self, from_index: int) -> int:
         """Entries from `from_index` on will never commit (a new leader replaced them):
@@ -278,18 +371,28 @@ class LogStream:
         last entry kept, where the next one (the new leader's) starts."""
         while self._uncommitted and self._uncommitted[-1][0] >= from_index:
             self._uncommitted.pop()
+        while self._unsynced and self._unsynced[-1][0] >= from_index:
+            self._unsynced.pop()
         next_offset = self._uncommitted[-1][1] if self._uncommitted else self._high_watermark
+        self._local_durable = min(self._local_durable, next_offset)
+        self._commit_waiters = self._fail_from(self._commit_waiters, next_offset)
+        self._durable_waiters = self._fail_from(self._durable_waiters, next_offset)
+        # Sequences of the removed batches must be accepted again from the new leader.
+        self.producers = ProducerStateTable()
+        self._rebuild_producer_state()
+        self._ydb_producers = None
+        return next_offset
+
+    def _fail_from(
+        self, waiters: list[tuple[int, int, trio.Event]], next_offset: int
+    ) -> list[tuple[int, int, trio.Event]]:
+        """Wake the waiters of offsets from `next_offset` on as truncated; the others stay."""
         kept = []
-        for waiter in self._commit_waiters:
+        for waiter in waiters:
             if waiter[0] >= next_offset:
                 self._truncated_waiters.add(waiter[2])
                 waiter[2].set()
             else:
                 kept.append(waiter)
         heapq.heapify(kept)
-        self._commit_waiters = kept
-        # Sequences of the removed batches must be accepted again from the new leader.
-        self.producers = ProducerStateTable()
-        self._rebuild_producer_state()
-        self._ydb_producers = None
-        return next_offset
+        return kept

@@ -278,7 +278,21 @@ class RocksLogStore:
             with rocks_errors("sync failed"):
                 db.flush_wal(True)
 
-    def apply_retention(self, now_ms: int) -> int:
+    def reset(self, first_index: int, first_offset: int) -> None:
+        db = self._live()
+        with rocks_errors("reset failed"):
+            batch = WriteBatch(raw_mode=True)
+            batch.delete_range(entry_key(0), ENTRY_KEYS_END)
+            batch.delete_range(OFFSET_PREFIX, OFFSET_KEYS_END)
+            batch.put(META_FIRST_INDEX, encode_u64(first_index))
+            batch.put(META_FLOOR_OFFSET, encode_u64(first_offset))
+            batch.put(META_SIZE, encode_u64(0))
+            db.write(batch, _UNSYNCED)
+            self._first_index, self._last_index, self._last_term = first_index, first_index - 1, 0
+            self._floor_offset, self._size = first_offset, 0
+            self._reload_offsets(db)
+
+    def apply_retention(self, now_ms: int, keep_from: int | None = None) -> int:
         retention = self._options.retention
         if retention.max_bytes is None and retention.max_age_ms is None:
             return 0
@@ -287,7 +301,10 @@ class RocksLogStore:
             cut = plan_retention(
                 self._scan_entries(db, self._first_index),
                 first_index=self._first_index,
-                last_index=self._last_index,
+                # plan_retention never cuts at or after last_index.
+                last_index=self._last_index
+                if keep_from is None
+                else min(self._last_index, keep_from),
                 size=self._size,
                 options=self._options,
                 now_ms=now_ms,

@@ -112,6 +112,14 @@ class SyncTracker:
             self._durable = min(self._durable, last_kept)
             self._epoch += 1
 
+    def restart_at(self, index: int) -> None:
+        """The log was emptied to go on after `index`; call within `writes_paused()` after
+        retiring every data fd."""
+        with self._lock:
+            self._queue = []
+            self._appended = self._written = self._durable = index
+            self._epoch += 1
+
     def retire(self, fd: int) -> None:
         """Close a data fd of a segment being deleted, now or when its sync is done."""
         with self._lock:

@@ -372,7 +372,24 @@ class SegmentLogStore:
         self._unsealed_closed = still_open
         self._index_flushed = durable
 
-    def apply_retention(self, now_ms: int) -> int:
+    def reset(self, first_index: int, first_offset: int) -> None:
+        self._live()
+        with self._tracker.writes_paused():
+            for segment in self._segments.snapshot():
+                self._delete_segment(segment)
+            # Removals before the creation: a crash in between leaves an empty log here.
+            self._tracker.sync_directory()
+            segment = Segment.create(self._directory, first_index, first_offset)
+            self._segments = SegmentList([segment])
+            self._tracker.restart_at(first_index - 1)
+            self._tracker.directory_changed()
+        self._size = 0
+        self._unsealed_closed = []
+        self._cache = RecentCache(self._options.cache_bytes, first_index)
+        self._index_flushed = first_index - 1
+        self._recompute_offsets()
+
+    def apply_retention(self, now_ms: int, keep_from: int | None = None) -> int:
         self._live()
         retention = self._options.retention
         if retention.max_bytes is None and retention.max_age_ms is None:
@@ -382,6 +399,8 @@ class SegmentLogStore:
         segments = self._segments
         while len(segments) > 1:
             oldest = segments.first
+            if keep_from is not None and segments[1].first_index > keep_from:
+                break  # it holds entries the replica has not applied yet
             expired = retention.max_bytes is not None and self._size > retention.max_bytes
             if not expired and deadline is not None:
                 newest = oldest.newest_timestamp(closed=True)

@@ -15,8 +15,11 @@ import trio
 from vdl.broker.broker import Broker
 from vdl.net.kafka.apis.context import NodeInfo, Pending, RequestContext, Response
 from vdl.net.kafka.apis.dispatch import UnsupportedRequest, dispatch
+from vdl.net.kafka.apis.sasl import ConnectionAuth
 from vdl.net.kafka.framing import FrameDecoder, FrameTooLarge
 from vdl.net.kafka.header import MalformedRequest, parse_request_header
+from vdl.net.kafka.quotas import KafkaQuotas
+from vdl.security.service import NO_SECURITY, Security
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +41,21 @@ class KafkaConnection:
         broker: Broker,
         node: NodeInfo,
         max_request_bytes: int,
+        security: Security = NO_SECURITY,
+        tls_principal: str | None = None,
+        *,
+        quotas: KafkaQuotas | None = None,
+        idle_timeout_s: float | None = None,
     ) -> None:
         self._stream = stream
+        self._quotas = quotas if quotas is not None and quotas.enabled else None
+        # Kafka's connections.max.idle.ms: no bytes either way and nothing in flight.
+        self._idle_timeout_s = idle_timeout_s
+        self._last_active = trio.current_time()
+        self._in_flight = 0
+        self._idle_watch = trio.CancelScope()
+        self._security = security
+        self._auth = ConnectionAuth(security, peer, tls_principal) if security.enabled else None
         self._peer = peer
         self._broker = broker
         self._node = node
@@ -57,9 +73,13 @@ class KafkaConnection:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._write_responses, receive)
+                if self._idle_timeout_s is not None:
+                    nursery.start_soon(self._close_when_idle, self._idle_timeout_s)
                 async with send:
                     with self._reading:
                         await self._read_requests(nursery, send)
+                # Reading is over (client gone, or shutdown): let the answers drain alone.
+                self._idle_watch.cancel()
         except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             log.debug("connection from %s broken", self._peer)
         finally:
@@ -79,45 +99,106 @@ class KafkaConnection:
                 n = await sock.recv_into(direct)
                 if not n:
                     return
+                self._last_active = trio.current_time()
                 frames = decoder.direct_received(n)
             else:
                 data = await self._stream.receive_some(READ_SIZE)
                 if not data:
                     return
+                self._last_active = trio.current_time()
                 try:
                     frames = decoder.feed(data)
                 except FrameTooLarge as exc:
                     log.warning("closing connection from %s: %s", self._peer, exc)
                     return
             for frame in frames:
+                if self._quotas is not None:
+                    await self._quota_pause(self._quotas, frame)
                 pending = self._admit(frame)
                 if pending is None:
                     return
                 slot = _Slot()
+                self._in_flight += 1
                 await send.send(slot)
                 nursery.start_soon(self._run, slot, pending)
+                if self._auth is not None and self._auth.failed:
+                    return  # Kafka closes after a failed SASL step (once it is answered)
+
+    async def _quota_pause(self, quotas: KafkaQuotas, frame: memoryview) -> None:
+        """Hold this client's next request back while it is over its quota."""
+        try:
+            client_id = parse_request_header(frame).client_id or ""
+        except MalformedRequest:
+            return  # _admit reports it
+        pause = quotas.pause_s(client_id, trio.current_time())
+        if pause > 0:
+            await trio.sleep(pause)
+
+    async def _close_when_idle(self, limit_s: float) -> None:
+        with self._idle_watch:
+            while True:
+                await trio.sleep_until(self._last_active + limit_s)
+                now = trio.current_time()
+                if self._in_flight:
+                    # A long poll or a held JoinGroup is activity, not idleness.
+                    self._last_active = now
+                elif now - self._last_active >= limit_s:
+                    log.info("closing connection from %s: idle for %.1f s", self._peer, limit_s)
+                    self._nursery.cancel_scope.cancel()
+                    return
 
     def _admit(self, frame: memoryview) -> Pending | None:
         """Run the request's inline part; None closes the connection (after earlier replies)."""
+        auth = self._auth
+        if auth is not None and auth.raw_tokens:
+            return auth.raw_token(frame)
         try:
             header = parse_request_header(frame)
         except MalformedRequest as exc:
             log.warning("closing connection from %s: malformed request header: %s", self._peer, exc)
             return None
-        ctx = RequestContext(header, frame, self._broker, self._node)
+        if auth is None:
+            ctx = RequestContext(header, frame, self._broker, self._node, quotas=self._quotas)
+        else:
+            if not auth.admits(header.api_key):
+                log.warning(
+                    "closing connection from %s: api %d before SASL authentication",
+                    self._peer,
+                    header.api_key,
+                )
+                return None
+            principal, sasl = auth.principal, auth.sasl is not None
+            authorizer = self._security.authorizer
+            ctx = RequestContext(
+                header,
+                frame,
+                self._broker,
+                self._node,
+                principal,
+                authorizer,
+                sasl,
+                quotas=self._quotas,
+            )
         try:
+            if auth is not None and (handled := auth.handle(header, frame)) is not None:
+                return handled
             return dispatch(ctx)
         except UnsupportedRequest as exc:
             log.warning("closing connection from %s: %s", self._peer, exc)
         except MalformedRequest as exc:
             log.warning(
                 "closing connection from %s: malformed request (api %d v%d): %s",
-                self._peer, header.api_key, header.api_version, exc,
+                self._peer,
+                header.api_key,
+                header.api_version,
+                exc,
             )
         except Exception:
             log.exception(
                 "closing connection from %s: request api %d v%d failed",
-                self._peer, header.api_key, header.api_version,
+                self._peer,
+                header.api_key,
+                header.api_version,
             )
         return None
 
@@ -136,8 +217,17 @@ class KafkaConnection:
             async for slot in receive:
                 await slot.done.wait()
                 response = slot.response
-                if response is None:
-                    continue
-                data = response if isinstance(response, bytes | bytearray) else b"".join(response)
-                await self._stream.send_all(data)
-
+                if response is not None:
+                    data = (
+                        response if isinstance(response, bytes | bytearray) else b"".join(response)
+                    )
+                    await self._stream.send_all(data)
+                self._in_flight -= 1
+                self._last_active = trio.current_time()
+                failed = self._auth is not None and self._auth.failed
+                if failed and not receive.statistics().current_buffer_used:
+                    # Kafka closes after answering a failed SASL step (always the last one
+                    # read). Only now: cancelling a read on a TLS stream earlier would break
+                    # it before the answer is out.
+                    self._nursery.cancel_scope.cancel()
+                    return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import ssl
 
 import trio
 
@@ -10,8 +11,14 @@ from vdl.broker.broker import Broker
 from vdl.config import HostPort
 from vdl.net.kafka.apis.context import NodeInfo
 from vdl.net.kafka.connection import KafkaConnection
+from vdl.net.kafka.keepalive import enable_keepalive
+from vdl.net.kafka.quotas import KafkaQuotas
+from vdl.security.service import NO_SECURITY, Security
+from vdl.security.tls import common_name
 
 log = logging.getLogger(__name__)
+
+_HANDSHAKE_TIMEOUT_S = 10.0
 
 
 class KafkaServer:
@@ -23,7 +30,20 @@ class KafkaServer:
         listen: HostPort,
         advertised: HostPort | None,
         max_request_bytes: int,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        security: Security = NO_SECURITY,
+        quotas: KafkaQuotas | None = None,
+        connections_max_idle_ms: int | None = None,
     ) -> None:
+        # One quota state for the whole listener: a client id is throttled across all
+        # of its connections, as in Kafka.
+        self._quotas = quotas
+        self._idle_timeout_s = (
+            connections_max_idle_ms / 1000 if connections_max_idle_ms is not None else None
+        )
+        self._ssl_context = ssl_context
+        self._security = security
         self._broker = broker
         self._node_id = node_id
         self._cluster_id = cluster_id
@@ -66,16 +86,44 @@ class KafkaServer:
 
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
         try:
+            enable_keepalive(stream)
+        except OSError as exc:
+            log.debug("keepalive not set: %s", exc)
+        try:
             host, port = stream.socket.getpeername()[:2]
             peer = f"{host}:{port}"
         except OSError:
             peer = "unknown"
-        connection = KafkaConnection(
-            stream, peer, self._broker, self._node, self._max_request_bytes
-        )
         if self._stopping:
             await stream.aclose()
             return
+        client: trio.abc.Stream = stream
+        tls_principal = None
+        if self._ssl_context is not None:
+            tls = trio.SSLStream(stream, self._ssl_context, server_side=True)
+            try:
+                # Bounded: a client that never speaks TLS must not hold a task forever.
+                with trio.fail_after(_HANDSHAKE_TIMEOUT_S):
+                    await tls.do_handshake()
+            except (trio.BrokenResourceError, trio.TooSlowError) as exc:
+                log.info("TLS handshake with %s failed: %s", peer, exc.__cause__ or exc)
+                with trio.CancelScope(shield=True), trio.move_on_after(1):
+                    await stream.aclose()
+                return
+            cn = common_name(tls.getpeercert())
+            tls_principal = f"User:{cn}" if cn else None
+            client = tls
+        connection = KafkaConnection(
+            client,
+            peer,
+            self._broker,
+            self._node,
+            self._max_request_bytes,
+            self._security,
+            tls_principal,
+            quotas=self._quotas,
+            idle_timeout_s=self._idle_timeout_s,
+        )
         self._connections.add(connection)
         try:
             await connection.serve()

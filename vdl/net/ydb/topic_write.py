@@ -31,15 +31,17 @@ import trio
 
 from vdl.broker.broker import Broker
 from vdl.broker.topics import Topic
-from vdl.log.record_batch import build_batch, parse_batch_header
+from vdl.log.record_batch import parse_batch_header
 from vdl.log.stream import LogStream
-from vdl.log.ydb_mapping import YdbMessage, YdbProducerTable, is_reserved_key, to_record
+from vdl.log.ydb_mapping import YdbProducerTable, is_reserved_key
 from vdl.net.grpc import ServerContext, ServerStream
 from vdl.net.grpc.protobuf import decode
-from vdl.net.ydb.auth import Authenticator
+from vdl.net.ydb.auth import Authenticator, StreamAuth
 from vdl.net.ydb.operation import StatusIds, YdbError, as_ydb_error, leaf_error, wire
 from vdl.net.ydb.protos import ydb_topic_pb2
 from vdl.net.ydb.topic_admin import CODEC_GZIP, CODEC_RAW, TopicAdmin
+from vdl.net.ydb.write_batch import PendingMessage, SessionBatchEncoder
+from vdl.security.acl import Operation, ResourceType
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +50,12 @@ FromServer = ydb_topic_pb2.StreamWriteMessage.FromServer
 WriteAck = ydb_topic_pb2.StreamWriteMessage.WriteResponse.WriteAck
 _REASON_ALREADY_WRITTEN = 1
 # Write responses waiting for their commit; a full queue stops reading from the client.
-_ACK_QUEUE = 64
+_ACK_QUEUE = 1024
+# Payload bytes appended and not yet acked per session: reading from the client pauses above
+# it. The appended data waits in memory for the flusher, so this bounds memory per session
+# (a count of requests alone would not: one request may carry 64 MB), and it is the depth of
+# the pipeline that hides the commit latency (throughput ~ this / time to commit).
+_UNACKED_BYTES = 32 << 20
 # How long a stopping node lets a session's pending acks drain before cutting it off.
 _STOP_DRAIN_S = 5.0
 
@@ -74,6 +81,14 @@ def advertised_codecs(topic: Topic) -> list[int]:
     return list(topic.supported_codecs) if topic.supported_codecs else [CODEC_RAW]
 
 
+def _metadata_items(items: Any) -> tuple[tuple[str, bytes], ...]:
+    pairs = tuple((item.key, bytes(item.value)) for item in items)
+    for key, _ in pairs:
+        if is_reserved_key(key):
+            raise YdbError(StatusIds.BAD_REQUEST, f"metadata key {key!r} is reserved (__ydb.*)")
+    return pairs
+
+
 def decode_payload(codec: int, data: bytes, limit: int) -> bytes:
     """The plain payload; sizes beyond ``limit`` are left to the caller's check."""
     if codec in (CODEC_RAW, 0):
@@ -94,6 +109,7 @@ class _Reply:
 
     message: Any
     wait_for: int = -1
+    size: int = 0  # payload bytes this reply acknowledges as appended
 
 
 class WriteSession:
@@ -123,10 +139,14 @@ class WriteSession:
         self._log: LogStream | None = None
         self._table: YdbProducerTable | None = None
         self._max_message_bytes = 0
+        self._encoder: SessionBatchEncoder | None = None
+        self._unacked = 0
+        self._room = trio.Event()
+        self._who: StreamAuth
 
     async def run(self) -> None:
         try:
-            self._auth.authorize(self._context)
+            self._who = StreamAuth(self._auth, self._context)
             await self._init()
             await self._serve()
         except BaseException as exc:
@@ -158,6 +178,8 @@ class WriteSession:
         if first.WhichOneof("client_message") != "init_request":
             raise YdbError(StatusIds.BAD_REQUEST, "the first message must be init_request")
         init = first.init_request
+        name = self._admin.name_of(init.path)
+        self._auth.require(self._who.identity, Operation.WRITE, ResourceType.TOPIC, name)
         topic = self._admin.topic(init.path)
         partitioning = init.WhichOneof("partitioning")
         explicit: int | None = None
@@ -168,6 +190,9 @@ class WriteSession:
         self._producer_id = init.producer_id
         self._message_group_id = init.message_group_id if partitioning == "message_group_id" else ""
         self._session_meta = dict(init.write_session_meta)
+        self._encoder = SessionBatchEncoder(
+            self._producer_id, self._message_group_id, self._session_meta
+        )
         self._partition = choose_partition(
             topic.partitions, self._producer_id, self._message_group_id, explicit
         )
@@ -194,16 +219,20 @@ class WriteSession:
     async def _serve(self) -> None:
         send, receive = trio.open_memory_channel[_Reply](_ACK_QUEUE)
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._send_replies, receive)
+            sent = trio.Event()
+            nursery.start_soon(self._send_replies, receive, sent)
+            nursery.start_soon(self._who.watch_expiry)
+            watching = trio.CancelScope()
             async with send:
                 with trio.CancelScope() as reading:
-                    nursery.start_soon(self._cancel_on_stop, reading)
+                    nursery.start_soon(self._cancel_on_stop, reading, watching)
                     while True:
                         message = await self._receive()
                         if message is None:
                             # Half-close: the SDK never does it, but acks still go out.
                             break
                         await self._handle(message, send)
+            watching.cancel()
             if reading.cancelled_caught:
                 # Stopping: let what was appended be acked, then ask the client to come back.
                 with trio.move_on_after(_STOP_DRAIN_S):
@@ -211,19 +240,27 @@ class WriteSession:
                         await trio.sleep(0.01)
                 nursery.cancel_scope.cancel()
                 raise YdbError(StatusIds.UNAVAILABLE, "the node is shutting down")
+            # Half-closed: the acks already queued still go out (``send`` is closed, so the
+            # sender ends after them); only then stop the session's other tasks.
+            await sent.wait()
             nursery.cancel_scope.cancel()
 
-    async def _cancel_on_stop(self, scope: trio.CancelScope) -> None:
-        await self._stopping.wait()
-        scope.cancel()
+    async def _cancel_on_stop(self, reading: trio.CancelScope, watching: trio.CancelScope) -> None:
+        with watching:
+            await self._stopping.wait()
+            reading.cancel()
 
     async def _handle(self, message: Any, send: trio.MemorySendChannel[_Reply]) -> None:
         kind = message.WhichOneof("client_message")
         if kind == "write_request":
-            await send.send(self._write(message.write_request))
+            while self._unacked >= _UNACKED_BYTES:
+                self._room = trio.Event()
+                await self._room.wait()
+            reply = self._write(message.write_request)
+            self._unacked += reply.size
+            await send.send(reply)
         elif kind == "update_token_request":
-            if self._auth.enabled:
-                self._auth.check_token(message.update_token_request.token)
+            self._who.update(message.update_token_request.token)
             reply = FromServer(status=wire(StatusIds.SUCCESS))
             reply.update_token_response.SetInParent()
             await send.send(_Reply(reply))
@@ -242,88 +279,106 @@ class WriteSession:
             )
         if request.HasField("tx"):
             raise YdbError(StatusIds.UNSUPPORTED, "transactional writes are not supported")
-        reply = FromServer(status=wire(StatusIds.SUCCESS))
-        response = reply.write_response
-        response.partition_id = self._partition
         now = self._clock_ms()
-        pending: list[tuple[YdbMessage, Any]] = []
+        producer = self._producer_id
+        table = self._table
+        limit = self._max_message_bytes
+        plain = codec in (CODEC_RAW, 0)
+        pending: list[PendingMessage] = []
+        # Per message in request order: its seq_no and whether it is new (else skipped).
+        seq_nos: list[int] = []
+        skipped: list[bool] | None = None
         wait_for = -1
-        last_seen = self._table.last_seq_no(self._producer_id)
+        size = 0
+        last_seen = table.last_seq_no(producer)
+        # The loop runs once per message: protobuf fields are read once each, and what is
+        # the same for the whole session is left to the batch encoder.
         for data in request.messages:
-            seq_no = int(data.seq_no)
-            ack = response.acks.add(seq_no=seq_no)
-            if self._producer_id and seq_no <= last_seen:
-                earlier = self._table.last(self._producer_id)
+            seq_no = data.seq_no
+            seq_nos.append(seq_no)
+            if producer and seq_no <= last_seen:
+                earlier = table.last(producer)
                 # Skipped, but only acked once the first copy is durable.
                 if earlier is not None:
                     wait_for = max(wait_for, earlier.offset)
-                ack.skipped.reason = _REASON_ALREADY_WRITTEN
+                if skipped is None:
+                    skipped = [False] * (len(seq_nos) - 1)
+                skipped.append(True)
                 continue
-            payload = decode_payload(codec, data.data, self._max_message_bytes)
-            if len(payload) > self._max_message_bytes:
+            if skipped is not None:
+                skipped.append(False)
+            payload = data.data if plain else decode_payload(codec, data.data, limit)
+            if len(payload) > limit:
                 raise YdbError(
                     StatusIds.BAD_REQUEST,
                     f"message seq_no {seq_no} has {len(payload)} bytes, more than the "
-                    f"topic's limit of {self._max_message_bytes} bytes (max.message.bytes)",
+                    f"topic's limit of {limit} bytes (max.message.bytes)",
                 )
-            items = tuple((item.key, bytes(item.value)) for item in data.metadata_items)
-            for key, _ in items:
-                if is_reserved_key(key):
-                    raise YdbError(
-                        StatusIds.BAD_REQUEST, f"metadata key {key!r} is reserved (__ydb.*)"
-                    )
             created = now
             if data.HasField("created_at"):
-                created = data.created_at.seconds * 1000 + data.created_at.nanos // 1_000_000
-            group = self._message_group_id
+                stamp = data.created_at
+                created = stamp.seconds * 1000 + stamp.nanos // 1_000_000
+            message = PendingMessage(payload, seq_no, created)
+            if data.metadata_items:
+                message.metadata_items = _metadata_items(data.metadata_items)
             if data.WhichOneof("partitioning") == "message_group_id":
-                group = data.message_group_id
-            message = YdbMessage(
-                data=payload,
-                seq_no=seq_no,
-                created_at_ms=created,
-                message_group_id=group,
-                metadata_items=items,
-                producer_id=self._producer_id,
-                written_at_ms=now,
-                write_session_meta=self._session_meta,
-            )
-            pending.append((message, ack))
-            if self._producer_id:
+                message.message_group_id = data.message_group_id
+            pending.append(message)
+            size += len(payload)
+            if producer:
                 last_seen = seq_no
+        offsets: list[int] = []
         if pending:
-            wait_for = max(wait_for, self._append(pending))
-        return _Reply(reply, wait_for)
+            wait_for = max(wait_for, self._append(pending, now, offsets))
+        reply = FromServer(status=wire(StatusIds.SUCCESS))
+        response = reply.write_response
+        response.partition_id = self._partition
+        add = response.acks.add
+        if skipped is None:
+            for seq_no, offset in zip(seq_nos, offsets, strict=True):
+                add(seq_no=seq_no, written={"offset": offset})
+        else:
+            written = iter(offsets)
+            for seq_no, skip in zip(seq_nos, skipped, strict=True):
+                if skip:
+                    add(seq_no=seq_no, skipped={"reason": _REASON_ALREADY_WRITTEN})
+                else:
+                    add(seq_no=seq_no, written={"offset": next(written)})
+        return _Reply(reply, wait_for, size)
 
-    def _append(self, pending: list[tuple[YdbMessage, Any]]) -> int:
-        """Append as batches of at most max.message.bytes; return the last offset."""
-        assert self._log is not None and self._table is not None
+    def _append(self, pending: list[PendingMessage], now: int, offsets: list[int]) -> int:
+        """Append as batches of at most max.message.bytes, adding each message's offset to
+        ``offsets``; return the last offset."""
+        assert self._log is not None and self._table is not None and self._encoder is not None
         last = -1
         start = 0
         while start < len(pending):
             size = 0
             end = start
             while end < len(pending) and (
-                end == start or size + len(pending[end][0].data) + 128 <= self._max_message_bytes
+                end == start or size + len(pending[end].data) + 128 <= self._max_message_bytes
             ):
-                size += len(pending[end][0].data) + 128
+                size += len(pending[end].data) + 128
                 end += 1
-            chunk = pending[start:end]
-            batch = build_batch([to_record(message) for message, _ in chunk])
+            batch = memoryview(self._encoder.encode(pending[start:end], now))
             appended = self._log.append(batch, parse_batch_header(batch))
-            for i, (message, ack) in enumerate(chunk):
-                offset = appended.base_offset + i
-                ack.written.offset = offset
-                if self._producer_id:
-                    self._table.record(self._producer_id, message.seq_no, offset)
+            offsets.extend(range(appended.base_offset, appended.base_offset + end - start))
+            if self._producer_id:
+                # seq_nos only grow within a request: the chunk's last one is the producer's.
+                self._table.record(self._producer_id, pending[end - 1].seq_no, offsets[-1])
             last = appended.last_offset
             start = end
         return last
 
-    async def _send_replies(self, replies: trio.MemoryReceiveChannel[_Reply]) -> None:
+    async def _send_replies(
+        self, replies: trio.MemoryReceiveChannel[_Reply], sent: trio.Event
+    ) -> None:
         assert self._log is not None
         async with replies:
             async for reply in replies:
                 if reply.wait_for >= 0:
                     await self._log.wait_committed(reply.wait_for)
                 await self._stream.send(reply.message.SerializeToString())
+                self._unacked -= reply.size
+                self._room.set()
+        sent.set()

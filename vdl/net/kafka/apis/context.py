@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from vdl.broker.broker import Broker
 from vdl.net.kafka.header import RequestHeader
+from vdl.net.kafka.quotas import KafkaQuotas
+from vdl.security.acl import ALLOW_ALL, Authorizer, Operation
 
 # A handler does its order-sensitive work (e.g. appending) synchronously when called and
 # returns the rest as a coroutine factory; the connection runs those concurrently but
@@ -29,6 +31,20 @@ class RequestContext:
     frame: memoryview
     broker: Broker
     node: NodeInfo
+    # Who sent the request (None when security is off) and the rules it is held to.
+    principal: str | None = None
+    authorizer: Authorizer = ALLOW_ALL
+    sasl: bool = False  # SASL is enabled on this listener (ApiVersions lists its APIs)
+    quotas: KafkaQuotas | None = None  # byte-rate quotas per client id, if configured
+
+    def may_topic(self, operation: Operation, topic: str) -> bool:
+        return self.authorizer.topic(self.principal, operation, topic)
+
+    def may_group(self, operation: Operation, group: str) -> bool:
+        return self.authorizer.group(self.principal, operation, group)
+
+    def may_cluster(self, operation: Operation) -> bool:
+        return self.authorizer.cluster(self.principal, operation)
 
     @property
     def version(self) -> int:

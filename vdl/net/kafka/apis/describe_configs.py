@@ -13,6 +13,7 @@ from kafka.protocol.admin import DescribeConfigsResponse
 from vdl.log.error_codes import ErrorCode
 from vdl.net.kafka.apis.context import Pending, RequestContext, ready
 from vdl.net.kafka.control_codec import decode_request, encode_response
+from vdl.security.acl import Operation
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
@@ -50,7 +51,9 @@ def handle_describe_configs(ctx: RequestContext) -> Pending:
         error, message = 0, None
         if resource.resource_type == RESOURCE_TOPIC:
             topic = broker.catalog.get(resource.resource_name)
-            if topic is None:
+            if not ctx.may_topic(Operation.DESCRIBE, resource.resource_name):
+                error = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+            elif topic is None:
                 error = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 message = f"no topic {resource.resource_name!r}"
             else:
@@ -67,7 +70,9 @@ def handle_describe_configs(ctx: RequestContext) -> Pending:
                         )
                     )
         elif resource.resource_type == RESOURCE_BROKER:
-            if resource.resource_name not in ("", str(ctx.node.node_id)):
+            if not ctx.may_cluster(Operation.DESCRIBE):
+                error = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+            elif resource.resource_name not in ("", str(ctx.node.node_id)):
                 error = int(ErrorCode.INVALID_REQUEST)
                 message = f"this node is broker {ctx.node.node_id}"
             else:

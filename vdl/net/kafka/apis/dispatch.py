@@ -22,7 +22,7 @@ from vdl.net.kafka.apis.offsets_commit import handle_offset_commit, handle_offse
 from vdl.net.kafka.apis.produce import handle_produce
 from vdl.net.kafka.apis.topics_admin import handle_create_topics, handle_delete_topics
 from vdl.net.kafka.control_codec import api_versions_response
-from vdl.net.kafka.versions import ADVERTISED, SERVED_PRODUCE_MIN, ApiKey
+from vdl.net.kafka.versions import ADVERTISED, SASL_ADVERTISED, SERVED_PRODUCE_MIN, ApiKey
 
 Handler = Callable[[RequestContext], Pending]
 
@@ -34,6 +34,8 @@ class UnsupportedRequest(Exception):
 def _api_versions(ctx: RequestContext) -> Pending:
     # Only what is served: librdkafka uses any API it sees advertised.
     served = {key: ADVERTISED[key] for key in HANDLERS}
+    if ctx.sasl:
+        served.update(SASL_ADVERTISED)
     return ready(api_versions_response(ctx.header, served))
 
 

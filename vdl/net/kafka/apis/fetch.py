@@ -19,6 +19,7 @@ from vdl.net.kafka.fetch_codec import (
     decode_fetch_request,
     encode_fetch_response,
 )
+from vdl.security.acl import Operation
 
 
 def _collect(
@@ -32,7 +33,13 @@ def _collect(
     topics: list[tuple[str, list[FetchPartitionResult]]] = []
     for topic in request.topics:
         results: list[FetchPartitionResult] = []
+        readable = ctx.may_topic(Operation.READ, topic.name)
         for part in topic.partitions:
+            if not readable:
+                errors = True
+                denied = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                results.append(FetchPartitionResult(part.partition, denied, -1, -1, -1))
+                continue
             try:
                 stream = ctx.broker.leader_stream(topic.name, part.partition)
             except TopicError as exc:
@@ -59,9 +66,7 @@ def _collect(
                 size = sum(len(r) for r in records)
                 total += size
                 remaining -= size
-            results.append(
-                FetchPartitionResult(part.partition, 0, hw, hw, start, records=records)
-            )
+            results.append(FetchPartitionResult(part.partition, 0, hw, hw, start, records=records))
         topics.append((topic.name, results))
     return topics, total, errors, streams
 
@@ -78,6 +83,11 @@ def handle_fetch(ctx: RequestContext) -> Pending:
             if errors or total >= request.min_bytes or now >= deadline or not streams:
                 break
             await ctx.broker.wait_for_data(streams, deadline - now)
-        return encode_fetch_response(version, correlation_id, 0, 0, 0, topics)
+        throttle_ms = 0
+        if ctx.quotas is not None:
+            # Charged after the read (the bytes are known only now); the connection holds
+            # this client's next request back until the throttle has passed.
+            throttle_ms = ctx.quotas.record_fetch(ctx.header.client_id or "", total, now)
+        return encode_fetch_response(version, correlation_id, throttle_ms, 0, 0, topics)
 
     return finish

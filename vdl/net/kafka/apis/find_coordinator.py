@@ -1,32 +1,56 @@
-"""FindCoordinator: this node coordinates every group while it is the whole cluster."""
+"""FindCoordinator: one node coordinates every group (on a cluster, group 0's leader)."""
 
 from __future__ import annotations
 
 from kafka.protocol.metadata.find_coordinator import FindCoordinatorResponse
 
+from vdl.broker.cluster_view import BrokerAddress
 from vdl.log.error_codes import ErrorCode
 from vdl.net.kafka.apis.context import Pending, RequestContext, ready
 from vdl.net.kafka.control_codec import decode_request, encode_response
+from vdl.security.acl import Operation
 
 _GROUP_KEY = 0  # key_type 1 is a transactional id; transactions are not served
+
+
+def _coordinator(ctx: RequestContext) -> BrokerAddress | None:
+    """Who coordinates every group: this node alone, or on a cluster the metadata group's
+    leader (it applies committed offsets first); None while there is none."""
+    if ctx.broker.groups is None:
+        return None
+    cluster = ctx.broker.cluster
+    if cluster is None:
+        return BrokerAddress(ctx.node.node_id, ctx.node.host, ctx.node.port)
+    leader = cluster.controller_id()
+    return next((b for b in cluster.kafka_brokers() if b.node_id == leader), None)
 
 
 def handle_find_coordinator(ctx: RequestContext) -> Pending:
     request = decode_request(ctx.header, ctx.frame)
     key_type = request.key_type if ctx.version >= 1 else _GROUP_KEY
-    if key_type == _GROUP_KEY and ctx.broker.groups is not None:
+    if key_type == _GROUP_KEY and not ctx.may_group(Operation.DESCRIBE, request.key):
+        response = FindCoordinatorResponse(
+            throttle_time_ms=0,
+            error_code=int(ErrorCode.GROUP_AUTHORIZATION_FAILED),
+            error_message=f"may not use group {request.key!r}",
+            node_id=-1,
+            host="",
+            port=-1,
+            version=ctx.version,
+        )
+    elif key_type == _GROUP_KEY and (coordinator := _coordinator(ctx)) is not None:
         response = FindCoordinatorResponse(
             throttle_time_ms=0,
             error_code=0,
             error_message=None,
-            node_id=ctx.node.node_id,
-            host=ctx.node.host,
-            port=ctx.node.port,
+            node_id=coordinator.node_id,
+            host=coordinator.host,
+            port=coordinator.port,
             version=ctx.version,
         )
     else:
         if key_type == _GROUP_KEY:
-            error, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "groups are not served yet"
+            error, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "no group coordinator now"
         else:
             # Not retriable, so a transactional producer fails fast instead of looping.
             error, message = ErrorCode.INVALID_REQUEST, f"key type {key_type} is not supported"

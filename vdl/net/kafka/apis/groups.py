@@ -19,16 +19,35 @@ from vdl.groups.service import GroupService, Waiter
 from vdl.log.error_codes import ErrorCode
 from vdl.net.kafka.apis.context import Pending, RequestContext, Response, ready
 from vdl.net.kafka.control_codec import decode_request, encode_response
+from vdl.security.acl import Operation
 
 # JoinGroup v4 is the first version whose clients handle MEMBER_ID_REQUIRED (KIP-394).
 _KNOWN_MEMBER_ID_FROM = 4
 _LEAVE_MEMBERS_FROM = 3
 _UNAVAILABLE = ErrorCode.COORDINATOR_NOT_AVAILABLE
+_DENIED = ErrorCode.GROUP_AUTHORIZATION_FAILED
 
 
 def group_service(ctx: RequestContext) -> GroupService | None:
     """The node's group coordinator; None answers COORDINATOR_NOT_AVAILABLE (retriable)."""
     return ctx.broker.groups
+
+
+def serving(ctx: RequestContext) -> GroupService | None:
+    """The group coordinator if this node coordinates groups now (on a cluster, the
+    metadata group's leader does); None: answer `unavailable(ctx)`."""
+    groups = ctx.broker.groups
+    if groups is None or groups.coordinator_error() != ErrorCode.NONE:
+        return None
+    return groups
+
+
+def unavailable(ctx: RequestContext) -> ErrorCode:
+    """Why `serving` gave None: NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS send the
+    client to FindCoordinator again (or make it retry), as Kafka's non-coordinators do."""
+    groups = ctx.broker.groups
+    error = ErrorCode.NONE if groups is None else groups.coordinator_error()
+    return _UNAVAILABLE if error == ErrorCode.NONE else error
 
 
 def handle_join_group(ctx: RequestContext) -> Pending:
@@ -53,9 +72,11 @@ def handle_join_group(ctx: RequestContext) -> Pending:
         )
         return encode_response(header, response)
 
-    groups = group_service(ctx)
+    groups = serving(ctx)
+    if not ctx.may_group(Operation.READ, request.group_id):
+        return ready(encode(JoinResult(_DENIED, member_id=request.member_id)))
     if groups is None:
-        return ready(encode(JoinResult(_UNAVAILABLE, member_id=request.member_id)))
+        return ready(encode(JoinResult(unavailable(ctx), member_id=request.member_id)))
     # v0 has no rebalance timeout; Kafka uses the session timeout for both.
     rebalance_timeout = (
         request.session_timeout_ms if ctx.version == 0 else (request.rebalance_timeout_ms)
@@ -101,9 +122,11 @@ def handle_sync_group(ctx: RequestContext) -> Pending:
         )
         return encode_response(header, response)
 
-    groups = group_service(ctx)
+    groups = serving(ctx)
+    if not ctx.may_group(Operation.READ, request.group_id):
+        return ready(encode(SyncResult(_DENIED)))
     if groups is None:
-        return ready(encode(SyncResult(_UNAVAILABLE)))
+        return ready(encode(SyncResult(unavailable(ctx))))
     outcome = groups.sync(
         request.group_id,
         request.member_id,
@@ -125,9 +148,11 @@ def handle_sync_group(ctx: RequestContext) -> Pending:
 
 def handle_heartbeat(ctx: RequestContext) -> Pending:
     request = decode_request(ctx.header, ctx.frame)
-    groups = group_service(ctx)
-    if groups is None:
-        error = _UNAVAILABLE
+    groups = serving(ctx)
+    if not ctx.may_group(Operation.READ, request.group_id):
+        error = _DENIED
+    elif groups is None:
+        error = unavailable(ctx)
     else:
         error = groups.heartbeat(request.group_id, request.member_id, request.generation_id)
     response = HeartbeatResponse(throttle_time_ms=0, error_code=int(error), version=ctx.version)
@@ -138,10 +163,12 @@ def handle_leave_group(ctx: RequestContext) -> Pending:
     request = decode_request(ctx.header, ctx.frame)
     batched = ctx.version >= _LEAVE_MEMBERS_FROM
     member_ids = [m.member_id for m in request.members] if batched else [request.member_id]
-    groups = group_service(ctx)
-    if groups is None:
+    groups = serving(ctx)
+    denied = not ctx.may_group(Operation.READ, request.group_id)
+    if groups is None or denied:
+        error = _DENIED if denied else unavailable(ctx)
         response = LeaveGroupResponse(
-            throttle_time_ms=0, error_code=int(_UNAVAILABLE), members=[], version=ctx.version
+            throttle_time_ms=0, error_code=int(error), members=[], version=ctx.version
         )
         return ready(encode_response(ctx.header, response))
     errors = groups.leave(request.group_id, member_ids)

@@ -11,12 +11,14 @@ from vdl.log.error_codes import ErrorCode
 from vdl.net.kafka.apis.context import Pending, RequestContext, ready
 from vdl.net.kafka.apis.groups import group_service
 from vdl.net.kafka.control_codec import decode_request, encode_response
+from vdl.security.acl import Operation
 
 _Described = DescribeGroupsResponse.DescribedGroup
 _DescribedMember = _Described.DescribedGroupMember
 # authorized_operations (v3+) is a bit set in kafka-python; None encodes Kafka's
 # "not requested" value (only bit 31 set, i.e. INT32_MIN).
 _NO_OPERATIONS = None
+_UNAVAILABLE = ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
 def handle_list_groups(ctx: RequestContext) -> Pending:
@@ -29,7 +31,7 @@ def handle_list_groups(ctx: RequestContext) -> Pending:
         groups=[
             ListGroupsResponse.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type or "")
             for g in listed
-            if g.state is not GroupState.DEAD
+            if g.state is not GroupState.DEAD and ctx.may_group(Operation.DESCRIBE, g.group_id)
         ],
         version=ctx.version,
     )
@@ -77,10 +79,12 @@ def handle_describe_groups(ctx: RequestContext) -> Pending:
     groups = group_service(ctx)
     described = []
     for group_id in request.groups:
-        if groups is None:
+        denied = not ctx.may_group(Operation.DESCRIBE, group_id)
+        if groups is None or denied:
+            error = ErrorCode.GROUP_AUTHORIZATION_FAILED if denied else _UNAVAILABLE
             described.append(
                 _Described(
-                    error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                    error_code=int(error),
                     group_id=group_id,
                     group_state="",
                     protocol_type="",

@@ -5,8 +5,10 @@ from __future__ import annotations
 from kafka.protocol.consumer import ListOffsetsResponse
 
 from vdl.broker.topics import TopicError
+from vdl.log.error_codes import ErrorCode
 from vdl.net.kafka.apis.context import Pending, RequestContext, ready
 from vdl.net.kafka.control_codec import decode_request, encode_response
+from vdl.security.acl import Operation
 
 LATEST = -1
 EARLIEST = -2
@@ -24,6 +26,8 @@ def handle_list_offsets(ctx: RequestContext) -> Pending:
         for part in topic.partitions:
             error, offset, timestamp = 0, -1, -1
             try:
+                if not ctx.may_topic(Operation.DESCRIBE, topic.name):
+                    raise TopicError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, topic.name)
                 stream = ctx.broker.leader_stream(topic.name, part.partition_index)
             except TopicError as exc:
                 error = int(exc.error)

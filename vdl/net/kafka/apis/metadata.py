@@ -15,6 +15,7 @@ from vdl.broker.topics import Topic, TopicError
 from vdl.log.error_codes import ErrorCode
 from vdl.net.kafka.apis.context import Pending, RequestContext, ready
 from vdl.net.kafka.control_codec import decode_request, encode_response
+from vdl.security.acl import Operation
 
 _Topic = MetadataResponse.MetadataResponseTopic
 _Partition = _Topic.MetadataResponsePartition
@@ -62,17 +63,27 @@ def handle_metadata(ctx: RequestContext) -> Pending:
     auto_create = ctx.version < 4 or bool(request.allow_auto_topic_creation)
     topics = []
     if names is None:
-        topics = [_topic_entry(ctx, t) for t in broker.catalog.all()]
+        # Topics the principal may not describe are left out, as Kafka does.
+        topics = [
+            _topic_entry(ctx, t)
+            for t in broker.catalog.all()
+            if ctx.may_topic(Operation.DESCRIBE, t.name)
+        ]
     else:
         for name in names:
+            if not ctx.may_topic(Operation.DESCRIBE, name):
+                denied = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                topics.append(_Topic(error_code=denied, name=name, partitions=[]))
+                continue
+            create = auto_create and ctx.authorizer.may_create_topic(ctx.principal, name)
             try:
-                topic = broker.ensure_topic(name) if auto_create else broker.catalog.get(name)
+                topic = broker.ensure_topic(name) if create else broker.catalog.get(name)
             except TopicError as exc:
                 topics.append(_Topic(error_code=int(exc.error), name=name, partitions=[]))
                 continue
             if topic is None:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                if auto_create and broker.cluster is not None and broker.auto_create_topics:
+                if create and broker.cluster is not None and broker.auto_create_topics:
                     # Being created through the metadata group: "retry shortly".
                     code = ErrorCode.LEADER_NOT_AVAILABLE
                 topics.append(_Topic(error_code=int(code), name=name, partitions=[]))

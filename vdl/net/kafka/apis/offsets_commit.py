@@ -8,9 +8,10 @@ from kafka.protocol.consumer.group import OffsetCommitResponse, OffsetFetchRespo
 
 from vdl.groups.offsets import NO_LEADER_EPOCH, NO_OFFSET, TopicPartition, check_metadata
 from vdl.log.error_codes import ErrorCode
-from vdl.net.kafka.apis.context import Pending, RequestContext, ready
-from vdl.net.kafka.apis.groups import group_service
+from vdl.net.kafka.apis.context import Pending, RequestContext, Response, ready
+from vdl.net.kafka.apis.groups import serving, unavailable
 from vdl.net.kafka.control_codec import decode_request, encode_response
+from vdl.security.acl import Operation
 
 _CommitTopic = OffsetCommitResponse.OffsetCommitResponseTopic
 _CommitPartition = _CommitTopic.OffsetCommitResponsePartition
@@ -27,9 +28,11 @@ def _partition_known(ctx: RequestContext, topic: str, partition: int) -> bool:
 
 def handle_offset_commit(ctx: RequestContext) -> Pending:
     request = decode_request(ctx.header, ctx.frame)
-    groups = group_service(ctx)
-    if groups is None:
-        group_error = ErrorCode.COORDINATOR_NOT_AVAILABLE
+    groups = serving(ctx)
+    if not ctx.may_group(Operation.READ, request.group_id):
+        group_error = ErrorCode.GROUP_AUTHORIZATION_FAILED
+    elif groups is None:
+        group_error = unavailable(ctx)
     else:
         group_error = groups.check_commit(
             request.group_id, request.member_id, request.generation_id_or_member_epoch
@@ -41,6 +44,8 @@ def handle_offset_commit(ctx: RequestContext) -> Pending:
             tp = (topic.name, p.partition_index)
             if group_error != ErrorCode.NONE:
                 errors[tp] = group_error
+            elif not ctx.may_topic(Operation.READ, topic.name):
+                errors[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             elif not _partition_known(ctx, topic.name, p.partition_index):
                 errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif (error := check_metadata(p.committed_metadata)) != ErrorCode.NONE:
@@ -53,9 +58,28 @@ def handle_offset_commit(ctx: RequestContext) -> Pending:
                 )
                 accepted[tp] = (p.committed_offset, p.committed_metadata or "", epoch)
                 errors[tp] = ErrorCode.NONE
+    replicated = None
     if accepted and groups is not None:
-        # Written here, in the synchronous part: commits on one connection land in order.
-        groups.commit_offsets(request.group_id, accepted)
+        # Written (or queued, on a cluster) here, in the synchronous part: commits on one
+        # connection land in order.
+        replicated = groups.commit_offsets(request.group_id, accepted)
+    if replicated is not None:
+        ack = replicated
+
+        async def after_commit() -> Response:
+            error = await ack()
+            if error != ErrorCode.NONE:
+                for tp in accepted:
+                    errors[tp] = error
+            return _commit_response(ctx, request, errors)
+
+        return after_commit
+    return ready(_commit_response(ctx, request, errors))
+
+
+def _commit_response(
+    ctx: RequestContext, request: Any, errors: dict[TopicPartition, ErrorCode]
+) -> bytes:
     response = OffsetCommitResponse(
         throttle_time_ms=0,
         topics=[
@@ -73,19 +97,23 @@ def handle_offset_commit(ctx: RequestContext) -> Pending:
         ],
         version=ctx.version,
     )
-    return ready(encode_response(ctx.header, response))
+    return encode_response(ctx.header, response)
 
 
 def handle_offset_fetch(ctx: RequestContext) -> Pending:
     request = decode_request(ctx.header, ctx.frame)
-    groups = group_service(ctx)
+    groups = serving(ctx)
     wanted: list[TopicPartition] | None = None
     if request.topics is not None:
         wanted = [(t.name, p) for t in request.topics for p in t.partition_indexes]
     by_topic: dict[str, list[Any]] = {}
     top_error = ErrorCode.NONE
-    if groups is None:
-        top_error = ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if groups is None or not ctx.may_group(Operation.DESCRIBE, request.group_id):
+        top_error = (
+            unavailable(ctx)
+            if groups is None
+            else ErrorCode.GROUP_AUTHORIZATION_FAILED
+        )
         for topic, partition in wanted or []:
             by_topic.setdefault(topic, []).append(
                 _FetchPartition(
@@ -98,6 +126,17 @@ def handle_offset_fetch(ctx: RequestContext) -> Pending:
             )
     else:
         for (topic, partition), committed in groups.fetch_offsets(request.group_id, wanted).items():
+            if not ctx.may_topic(Operation.DESCRIBE, topic):
+                by_topic.setdefault(topic, []).append(
+                    _FetchPartition(
+                        partition_index=partition,
+                        committed_offset=NO_OFFSET,
+                        committed_leader_epoch=NO_LEADER_EPOCH,
+                        metadata="",
+                        error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+                    )
+                )
+                continue
             by_topic.setdefault(topic, []).append(
                 _FetchPartition(
                     partition_index=partition,

@@ -16,6 +16,7 @@ from vdl.net.kafka.produce_codec import (
     decode_produce_request,
     encode_produce_response,
 )
+from vdl.security.acl import Operation
 
 ZSTD_MIN_PRODUCE_VERSION = 7
 
@@ -65,35 +66,50 @@ def handle_produce(ctx: RequestContext) -> Pending:
             if request.transactional_id is not None:
                 slot.error = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
                 slot.message = "transactions are not supported"
+            elif not ctx.may_topic(Operation.WRITE, topic.name):
+                slot.error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             elif request.acks not in (0, 1, -1):
                 slot.error = ErrorCode.INVALID_REQUIRED_ACKS
             else:
                 _append_one(ctx, slot, partition.records, version)
     acks, timeout_ms, correlation_id = request.acks, request.timeout_ms, ctx.header.correlation_id
+    throttle_ms = 0
+    if ctx.quotas is not None:
+        # Kafka charges the request's size; the connection reads nothing more from this
+        # client until the throttle has passed (KIP-219), whether or not it honours it.
+        now = trio.current_time()
+        throttle_ms = ctx.quotas.record_produce(ctx.header.client_id or "", len(ctx.frame), now)
 
     async def finish() -> Response:
         if acks == 0:
             return None
-        # acks=1 and acks=all both mean "durable on the partition's leader" on one node; under
-        # replication the stream's commit point is the majority-durable point.
+        # On one node both mean "durable here". Under replication acks=all waits for the
+        # majority commit, acks=1 only for the leader's own flush (as Kafka's acks=1).
         with trio.move_on_after(max(timeout_ms, 0) / 1000):
             for slot in slots:
                 if slot.stream is not None and slot.appended is not None:
                     try:
-                        await slot.stream.wait_committed(slot.appended.last_offset)
+                        if acks == 1:
+                            await slot.stream.wait_durable(slot.appended.last_offset)
+                        else:
+                            await slot.stream.wait_committed(slot.appended.last_offset)
                     except StreamError as exc:
                         slot.error, slot.message = exc.error, str(exc)
-        return _encode(version, correlation_id, slots)
+        return _encode(version, correlation_id, slots, acks, throttle_ms)
 
     return finish
 
 
-def _encode(version: int, correlation_id: int, slots: list[_Slot]) -> bytes:
+def _encode(
+    version: int, correlation_id: int, slots: list[_Slot], acks: int, throttle_ms: int
+) -> bytes:
     by_topic: dict[str, list[PartitionProduceResult]] = {}
     for slot in slots:
         error, base_offset, append_time, start = slot.error, -1, -1, -1
         if error == ErrorCode.NONE and slot.appended is not None and slot.stream is not None:
-            if slot.appended.last_offset >= slot.stream.high_watermark:
+            stream = slot.stream
+            done = stream.durable_end if acks == 1 else stream.high_watermark
+            if slot.appended.last_offset >= done:
                 error = ErrorCode.REQUEST_TIMED_OUT
             else:
                 base_offset = slot.appended.base_offset
@@ -109,4 +125,4 @@ def _encode(version: int, correlation_id: int, slots: list[_Slot]) -> bytes:
                 error_message=slot.message if error != ErrorCode.NONE else None,
             )
         )
-    return encode_produce_response(version, correlation_id, list(by_topic.items()), 0)
+    return encode_produce_response(version, correlation_id, list(by_topic.items()), throttle_ms)

@@ -10,9 +10,15 @@ from vdl.broker.topics import TopicError, validate_configs, validate_topic_name
 from vdl.log.error_codes import ErrorCode
 from vdl.net.kafka.apis.context import Pending, RequestContext, Response, ready
 from vdl.net.kafka.control_codec import decode_request, encode_response
+from vdl.security.acl import Operation
 
 # Replicas a topic can have while this node is the whole cluster.
 AVAILABLE_REPLICAS = 1
+
+
+def _check_create(ctx: RequestContext, name: str) -> None:
+    if not ctx.authorizer.may_create_topic(ctx.principal, name):
+        raise TopicError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"may not create {name!r}")
 
 
 def handle_create_topics(ctx: RequestContext) -> Pending:
@@ -28,6 +34,7 @@ def handle_create_topics(ctx: RequestContext) -> Pending:
         if partitions == -1:
             partitions = broker.default_partitions
         try:
+            _check_create(ctx, topic.name)
             if topic.assignments:
                 raise TopicError(
                     ErrorCode.INVALID_REQUEST, "manual replica assignment is not supported"
@@ -72,6 +79,7 @@ def _create_on_cluster(ctx: RequestContext, request: Any) -> Pending:
                 partitions = ctx.broker.default_partitions
             replication = topic.replication_factor
             try:
+                _check_create(ctx, topic.name)
                 if topic.assignments:
                     raise TopicError(
                         ErrorCode.INVALID_REQUEST, "manual replica assignment is not supported"
@@ -114,6 +122,10 @@ def handle_delete_topics(ctx: RequestContext) -> Pending:
         for name in names:
             error, message = 0, None
             try:
+                if not ctx.may_topic(Operation.DELETE, name):
+                    raise TopicError(
+                        ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"may not delete {name!r}"
+                    )
                 cluster = ctx.broker.cluster
                 if cluster is not None:
                     await cluster.delete_topic(name)
