@@ -53,8 +53,9 @@ def _wait(cluster: Cluster, what: str, check: object, timeout: float = 60) -> No
         try:
             brokers, leader, replicas, _ = _partition(cluster.nodes[1].bootstrap)
             if leader > 0 and leader in cluster.nodes:
-                _, _, _, isr = _partition(cluster.nodes[leader].bootstrap)
-                if check(brokers, replicas, isr):
+                # Only the leader knows the ISR (others report the replicas).
+                _, confirmed, _, isr = _partition(cluster.nodes[leader].bootstrap)
+                if confirmed == leader and check(brokers, replicas, isr):
                     return
         except (KafkaException, KeyError):
             pass
