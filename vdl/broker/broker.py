@@ -78,6 +78,8 @@ class Broker:
         # The cluster this node belongs to; None on a one-node cluster. Set by the node.
         self.cluster: ClusterView | None = None
         self._streams: dict[tuple[str, int], LogStream] = {}
+        self._draining = trio.Event()
+        self._long_polls: set[trio.Event] = set()
         self._next_producer_id = 0
         self._producer_id_limit = 0
         # Consumer groups and committed offsets; attached by the node, None until then.
@@ -255,15 +257,30 @@ class Broker:
 
     # -- waiting ---------------------------------------------------------------------------
 
+    @property
+    def draining(self) -> bool:
+        """The node is shutting down: long polls answer with what they have."""
+        return self._draining.is_set()
+
+    def start_draining(self) -> None:
+        self._draining.set()
+        for event in self._long_polls:
+            event.set()
+
     async def wait_for_data(self, streams: list[LogStream], timeout_s: float) -> None:
-        """Return when any of the streams' high watermark moves, or after timeout_s."""
+        """Return when any of the streams' high watermark moves, after timeout_s, or once
+        the node starts draining (a held fetch must not hold up shutdown)."""
+        if self.draining:
+            return
         event = trio.Event()
+        self._long_polls.add(event)
         for stream in streams:
             stream.watch(event)
         try:
             with trio.move_on_after(timeout_s):
                 await event.wait()
         finally:
+            self._long_polls.discard(event)
             for stream in streams:
                 stream.unwatch(event)
 

@@ -80,7 +80,13 @@ def handle_fetch(ctx: RequestContext) -> Pending:
         while True:
             topics, total, errors, streams = _collect(ctx, request)
             now = trio.current_time()
-            if errors or total >= request.min_bytes or now >= deadline or not streams:
+            if (
+                errors
+                or total >= request.min_bytes
+                or now >= deadline
+                or not streams
+                or ctx.broker.draining
+            ):
                 break
             await ctx.broker.wait_for_data(streams, deadline - now)
         throttle_ms = 0
