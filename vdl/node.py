@@ -22,13 +22,15 @@ import trio
 from vdl.backends.registry import open_meta_store
 from vdl.broker.broker import Broker
 from vdl.broker.topics import TopicCatalog, topic_config_specs
+from vdl.cluster.acl_commands import ReplicatedAcls
 from vdl.cluster.coordinator_role import CoordinatorRole
+from vdl.cluster.forwarding import CommandForwarder
+from vdl.cluster.front_ends import ClusterFrontEnds
 from vdl.cluster.manager import ClusterManager, ClusterSettings
 from vdl.cluster.memory_meta import MemoryMetaStore
 from vdl.cluster.offset_commands import ReplicatedOffsets
 from vdl.config import ConfigError, HostPort, NodeConfig, load_config
 from vdl.groups.coordinator import GroupConfig
-from vdl.groups.offsets import OffsetStore
 from vdl.groups.service import GroupService
 from vdl.log.flusher import Flusher
 from vdl.net.grpc import GrpcServer
@@ -162,10 +164,12 @@ class Node:
                 )
                 broker.cluster = self._cluster
                 # Registered before group 0 replays its log, which holds the commits.
-                self._replicated_offsets = ReplicatedOffsets(
-                    self._cluster.metadata, OffsetStore(meta)
-                )
+                self._replicated_offsets = ReplicatedOffsets(self._cluster.metadata, meta)
                 self._replicated_offsets.register(self._cluster.state)
+                # ACLs too: every node applies `vdl acl` changes made on any node. A node
+                # without users still records them, for when it gets a users file.
+                acls = self._security.acls or AclStore(meta, config.superusers, enabled=False)
+                ReplicatedAcls(meta, acls).register(self._cluster.state)
             try:
                 await self._serve(broker, flusher, cluster_id.decode(), task_status)
             finally:
@@ -244,6 +248,11 @@ class Node:
                 ),
                 connections_max_idle_ms=config.connections_max_idle_ms,
             )
+            ydb_cluster = None
+            if cluster is not None:
+                ydb_cluster = ClusterFrontEnds(
+                    cluster, CommandForwarder(cluster.metadata, cluster.transport)
+                )
             ydb = YdbFrontEnd(
                 broker,
                 groups.offsets,
@@ -254,6 +263,7 @@ class Node:
                 clock_ms=wall_clock_ms,
                 security=self._security,
                 token_lifetime_ms=config.token_lifetime_ms,
+                cluster=ydb_cluster,
             )
             tls = config.tls_cert is not None and config.tls_key is not None
             grpc = GrpcServer(ssl_context=self._grpc_tls)
@@ -283,6 +293,7 @@ class Node:
                     trio.current_time() + config.shutdown_grace_ms / 1000
                 )
                 kafka.shutdown()
+                broker.start_draining()
                 # YDB streams finish their acks and ask clients to reconnect, then GOAWAY.
                 ydb.stop_streams()
                 front_ends.start_soon(grpc.shutdown, config.shutdown_grace_ms / 1000)

@@ -107,6 +107,11 @@ class ClusterManager:
         self.router.on_gossip = self._on_gossip
         self.router.on_admin = self._on_admin
         self.leaders = LeaderTable(_GOSSIP_TTL_S)
+        # When each peer's gossip was last heard (trio time): who is alive, for Discovery.
+        self.heard_from: dict[int, float] = {}
+        # Client-facing commands (YDB admin, offsets, ACLs) a leader of group 0 proposes
+        # when another node forwards them (see forwarding.py); registered by their modules.
+        self.forwardable: set[str] = set()
         # The initial members: group 0's first voters. A joining node is not one of them.
         initial = {
             n: a for n, a in settings.peers.items() if not (settings.join and n == settings.node_id)
@@ -225,7 +230,9 @@ class ClusterManager:
         except GossipError as exc:
             log.warning("ignoring bad gossip: %s", exc)
             return
-        self.leaders.heard(node_id, claims, trio.current_time())
+        now = trio.current_time()
+        self.heard_from[node_id] = now
+        self.leaders.heard(node_id, claims, now)
 
     def _on_forward(self, raw: bytes) -> None:
         try:
@@ -235,7 +242,7 @@ class ClusterManager:
             return
         if self._nursery is None or not self._driver0.is_leader:
             return
-        if op == "register" or op in ADMIN_OPS:
+        if op == "register" or op in ADMIN_OPS or op in self.forwardable:
             self._nursery.start_soon(self._submit, command)
         elif op == "auto_topic":
             self.request_topic(str(command["name"]))

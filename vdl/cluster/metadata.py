@@ -66,6 +66,12 @@ class MetadataState:
         self.handlers: dict[str, Callable[[Command], Outcome]] = {}
         self.on_replicas: list[ReplicasListener] = []
         self.on_members: list[MembersListener] = []
+        # The raft index of the command being applied (set by the group before `apply`):
+        # lets handlers tell a replayed command from one newer than what they stored.
+        self.applying_index = 0
+        # Called after every command with its outcome (a node that forwarded a command to
+        # the leader learns its outcome here, when it applies the entry itself).
+        self.on_applied: list[Callable[[Command, Outcome], None]] = []
 
     def apply(self, command: Command) -> Outcome:
         op = command["op"]

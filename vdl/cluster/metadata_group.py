@@ -53,10 +53,14 @@ class MetadataGroup:
             if entry.type == EntryType.DATA:
                 try:
                     command = decode_command(entry.payload)
+                    self.state.applying_index = entry.index
                     outcome = self.state.apply(command)
                 except (CommandError, KeyError, ValueError, TypeError) as exc:
                     log.error("skipping bad metadata entry %d: %s", entry.index, exc)
                     outcome = Outcome(message=str(exc))
+                else:
+                    for listener in self.state.on_applied:
+                        listener(command, outcome)
                 if entry.index in self._awaited:
                     self._outcomes[entry.index] = (entry.term, outcome)
             self.applied = entry.index

@@ -8,8 +8,15 @@ consumers use (keyed by consumer name, topic, partition), so both protocols see 
     {"op": "commit_offsets", "group": "g",
      "offsets": [[topic, partition, offset, metadata, leader_epoch, commit_time_ms], ...]}
 
-Applying is a plain overwrite, so replaying group 0's log at start (as the metadata group
-does) ends with the same offsets as before the restart.
+The replay rule: the offset store remembers the raft index of the last commit command it
+applied (in the same atomic batch as the offsets), and a command at or below that index is
+skipped. Group 0's log is replayed from the start on every restart, so without the rule
+the store would pass through every older commit again, and a reader of the store during
+replay (or a store holding a commit whose command is further along) would see a newer
+commit moved backwards. Ordering is by log position, not by offset value: a later command
+that commits a *lower* offset (a Kafka client seeking back) still applies, as in Kafka.
+The index and the offsets share one data directory with group 0's log, so they restart
+together.
 """
 
 from __future__ import annotations
@@ -18,14 +25,23 @@ from collections.abc import Awaitable, Callable, Mapping
 
 import trio
 
+from vdl.backends.api import MetaStore
 from vdl.cluster.commands import Command
 from vdl.cluster.metadata import MetadataState, Outcome
 from vdl.cluster.metadata_group import MetadataGroup
 from vdl.consensus.errors import ConsensusError, NotLeader
-from vdl.groups.offsets import CommittedOffset, OffsetStore, TopicPartition
+from vdl.groups.offsets import (
+    CommittedOffset,
+    OffsetStore,
+    TopicPartition,
+    encode_value,
+    offset_key,
+)
 from vdl.log.error_codes import ErrorCode
 
 COMMIT_OFFSETS = "commit_offsets"
+# The raft index (of group 0) of the last commit_offsets command written into the store.
+APPLIED_INDEX_KEY = b"cluster/offsets-applied-index"
 
 
 def offsets_command(group: str, offsets: Mapping[TopicPartition, CommittedOffset]) -> Command:
@@ -58,23 +74,36 @@ OffsetsAck = Callable[[], Awaitable[ErrorCode]]
 class ReplicatedOffsets:
     """Proposes commits on the coordinator and applies them on every node."""
 
-    def __init__(
-        self, metadata: MetadataGroup, store: OffsetStore, timeout_s: float = 10.0
-    ) -> None:
+    def __init__(self, metadata: MetadataGroup, meta: MetaStore, timeout_s: float = 10.0) -> None:
         self._metadata = metadata
-        self._store = store
+        self._meta = meta
+        self.store = OffsetStore(meta)
         self._timeout_s = timeout_s
+        raw = meta.get(APPLIED_INDEX_KEY)
+        self._applied_index = int(raw) if raw is not None else 0
+        self._state: MetadataState | None = None
         # The last commit of each group still on its way: the next one waits for it, so
         # pipelined commits of one group apply in the order they were received.
         self._tails: dict[str, trio.Event] = {}
 
     def register(self, state: MetadataState) -> None:
         """Before group 0 starts applying its log: its commands must find their handler."""
+        self._state = state
         state.handlers[COMMIT_OFFSETS] = self._apply
 
     def _apply(self, command: Command) -> Outcome:
+        assert self._state is not None
         group, offsets = decode_offsets(command)
-        self._store.commit(group, offsets)
+        index = self._state.applying_index
+        if index <= self._applied_index:
+            return Outcome()  # replayed: the store already holds this commit or a later one
+        puts = {
+            offset_key(group, topic, partition): encode_value(committed)
+            for (topic, partition), committed in offsets.items()
+        }
+        puts[APPLIED_INDEX_KEY] = str(index).encode()
+        self._meta.write_batch(puts)
+        self._applied_index = index
         return Outcome()
 
     def submit(self, group: str, offsets: Mapping[TopicPartition, CommittedOffset]) -> OffsetsAck:

@@ -336,6 +336,10 @@ class LogStream:
     def on_replicated(self, index: int, payload: Buffer) -> None:
         """A follower stored the leader's DATA entry at `index` (not committed yet)."""
         info = parse_batch_header(payload)
+        if self._ydb_producers is not None:
+            # Kept current on followers too: it is what dedups YDB writers if this
+            # replica becomes the leader (a stale table would accept resent messages).
+            self._ydb_producers.scan([payload])
         self._uncommitted.append((index, info.next_offset))
         self._unsynced.append((index, info.next_offset))
         now = self._clock_ms()

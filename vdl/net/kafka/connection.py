@@ -3,6 +3,14 @@
 Each request's order-sensitive part runs inline as it is read (so pipelined produce
 requests append in order); the waiting parts run concurrently, and a writer task sends
 their responses strictly in request order, as every Kafka client requires.
+
+Stopping (node shutdown) differs by transport. A plain socket's read is simply cancelled.
+A TLS read should not be: trio documents that a `trio.SSLStream` receive cancelled while
+the TLS layer has to write (a handshake, renegotiation, post-handshake messages) leaves
+the stream broken for good, and the responses still owed on it would be lost. So a TLS
+connection is put in *draining*: the read in progress may still return (its requests are
+admitted and answered), no further read starts, and the blocked read is cancelled only
+once every response is written, when breaking the stream can no longer lose anything.
 """
 
 from __future__ import annotations
@@ -61,11 +69,16 @@ class KafkaConnection:
         self._node = node
         self._decoder = FrameDecoder(max_request_bytes)
         self._reading = trio.CancelScope()
+        self._draining = False
+        # Only a plain socket survives a cancelled read (see the module docstring).
+        self._cancel_safe = isinstance(stream, trio.SocketStream)
         self._nursery: trio.Nursery
 
     def stop_reading(self) -> None:
         """Accept no more requests; those already read are still answered."""
-        self._reading.cancel()
+        self._draining = True
+        if self._cancel_safe or self._in_flight == 0:
+            self._reading.cancel()
 
     async def serve(self) -> None:
         send, receive = trio.open_memory_channel[_Slot](MAX_IN_FLIGHT)
@@ -93,7 +106,7 @@ class KafkaConnection:
         # join of chunks, and the batches in it can be stamped in place and stored as is.
         sock = self._stream.socket if isinstance(self._stream, trio.SocketStream) else None
         decoder = self._decoder
-        while True:
+        while not self._draining:
             direct = decoder.direct_buffer() if sock is not None else None
             if sock is not None and direct is not None:
                 n = await sock.recv_into(direct)
@@ -224,6 +237,9 @@ class KafkaConnection:
                     await self._stream.send_all(data)
                 self._in_flight -= 1
                 self._last_active = trio.current_time()
+                if self._draining and self._in_flight == 0:
+                    # Every response is out: the blocked read may be cut now.
+                    self._reading.cancel()
                 failed = self._auth is not None and self._auth.failed
                 if failed and not receive.statistics().current_buffer_used:
                     # Kafka closes after answering a failed SASL step (always the last one

@@ -4,6 +4,9 @@ Not a YDB service, but carried the same way so the CLI reuses its connection and
 the request is a ``google.protobuf.Struct`` and the answer the usual ``{operation = 1}``
 envelope with a Struct result. Changing ACLs needs ALTER on the cluster (or a superuser),
 listing them DESCRIBE on the cluster, as Kafka requires for CreateAcls/DescribeAcls.
+
+On a cluster a change is a metadata-group command (``vdl.cluster.acl_commands``) applied
+by every node, and is answered once this node has applied it too.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from google.protobuf.json_format import MessageToDict
 
 from vdl.net.grpc import GrpcServer, ServerContext
 from vdl.net.ydb.auth import Authenticator, ticket
+from vdl.net.ydb.cluster import YdbCluster
 from vdl.net.ydb.operation import StatusIds, YdbError, unary
 from vdl.net.ydb.protos import ydb_topic_pb2
 from vdl.security.acl import CLUSTER_NAME, AclEntry, AclError, Operation, ResourceType
@@ -30,9 +34,12 @@ ENVELOPE = ydb_topic_pb2.DropTopicResponse
 
 
 class AclAdmin:
-    def __init__(self, auth: Authenticator, store: AclStore | None) -> None:
+    def __init__(
+        self, auth: Authenticator, store: AclStore | None, cluster: YdbCluster | None = None
+    ) -> None:
         self._auth = auth
         self._store = store
+        self._cluster = cluster
 
     def _check(self, context: ServerContext, operation: Operation) -> str:
         if self._store is None:
@@ -57,7 +64,11 @@ class AclAdmin:
         who = self._check(context, Operation.ALTER)
         entry = self._entry(request)
         assert self._store is not None
-        added = self._store.add(entry)
+        if self._cluster is not None:
+            added = entry not in self._store.entries()
+            await self._cluster.change_acl("acl_add", entry)
+        else:
+            added = self._store.add(entry)
         log.info("ACL added by %s: %s", who, entry.describe())
         return _result({"changed": added})
 
@@ -65,7 +76,11 @@ class AclAdmin:
         who = self._check(context, Operation.ALTER)
         entry = self._entry(request)
         assert self._store is not None
-        removed = self._store.remove(entry)
+        if self._cluster is not None:
+            removed = entry in self._store.entries()
+            await self._cluster.change_acl("acl_remove", entry)
+        else:
+            removed = self._store.remove(entry)
         log.info("ACL removed by %s: %s", who, entry.describe())
         return _result({"changed": removed})
 
@@ -77,8 +92,13 @@ class AclAdmin:
         return _result({"entries": entries})
 
 
-def register(server: GrpcServer, auth: Authenticator, store: AclStore | None) -> None:
-    admin = AclAdmin(auth, store)
+def register(
+    server: GrpcServer,
+    auth: Authenticator,
+    store: AclStore | None,
+    cluster: YdbCluster | None = None,
+) -> None:
+    admin = AclAdmin(auth, store, cluster)
     authorize = auth.authorize if auth.enabled else None
     for method, handler in (
         ("AddAcl", admin.add),

@@ -92,6 +92,11 @@ _FROM_BROKER: dict[ErrorCode, StatusIds] = {
     ErrorCode.INVALID_PARTITIONS: StatusIds.BAD_REQUEST,
     ErrorCode.INVALID_CONFIG: StatusIds.BAD_REQUEST,
     ErrorCode.NOT_LEADER_OR_FOLLOWER: StatusIds.UNAVAILABLE,
+    # A metadata command that did not commit in time, or no metadata leader yet: retry.
+    ErrorCode.REQUEST_TIMED_OUT: StatusIds.UNAVAILABLE,
+    ErrorCode.NOT_CONTROLLER: StatusIds.UNAVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS: StatusIds.UNAVAILABLE,
+    ErrorCode.INVALID_REPLICATION_FACTOR: StatusIds.BAD_REQUEST,
     ErrorCode.MESSAGE_TOO_LARGE: StatusIds.BAD_REQUEST,
     ErrorCode.CORRUPT_MESSAGE: StatusIds.BAD_REQUEST,
 }

@@ -19,6 +19,7 @@ from vdl.net.grpc import GrpcServer, ServerContext, ServerStream
 from vdl.net.ydb import acl_admin
 from vdl.net.ydb.access import filter_listing, guarded
 from vdl.net.ydb.auth import TOKEN_LIFETIME_MS, Authenticator, TokenSigner, UsersArg
+from vdl.net.ydb.cluster import YdbCluster
 from vdl.net.ydb.discovery import DiscoveryService, Endpoint
 from vdl.net.ydb.offsets import ConsumerOffsets
 from vdl.net.ydb.operation import unary
@@ -59,6 +60,7 @@ class YdbFrontEnd:
         clock_ms: Callable[[], int],
         security: Security | None = None,
         token_lifetime_ms: int = TOKEN_LIFETIME_MS,
+        cluster: YdbCluster | None = None,
     ) -> None:
         self.database = database
         self.node_id = node_id
@@ -71,22 +73,28 @@ class YdbFrontEnd:
             security=security,
             token_lifetime_ms=token_lifetime_ms,
         )
-        self.offsets = ConsumerOffsets(offset_store, clock_ms)
+        self._cluster = cluster
+        self.offsets = ConsumerOffsets(offset_store, clock_ms, cluster)
         self._broker = broker
         self._clock_ms = clock_ms
         self.admin = TopicAdmin(
-            broker, self.offsets, database, node_id, lambda name: self.read.topic_changed(name)
+            broker,
+            self.offsets,
+            database,
+            node_id,
+            lambda name: self.read.topic_changed(name),
+            cluster,
         )
         self.scheme = SchemeService(broker, database)
         self.read = ReadService(broker, self.admin, self.auth, self.offsets, self.stopping)
         self.discovery = DiscoveryService(
-            database, Endpoint("127.0.0.1", 0, False, node_id), self.auth
+            database, Endpoint("127.0.0.1", 0, False, node_id), self.auth, cluster
         )
 
     def set_endpoint(self, host: str, port: int, ssl: bool) -> None:
         """What ListEndpoints returns: known once the listener is bound."""
         self.discovery = DiscoveryService(
-            self.database, Endpoint(host, port, ssl, self.node_id), self.auth
+            self.database, Endpoint(host, port, ssl, self.node_id), self.auth, self._cluster
         )
 
     def stop_streams(self) -> None:
@@ -181,7 +189,7 @@ class YdbFrontEnd:
         ):
             checked = guarded(method, handler, self.auth, self.database)
             add(ydb_topic_v1_pb2, "TopicService", method, request, response, checked)
-        acl_admin.register(server, self.auth, self.auth.security.acls)
+        acl_admin.register(server, self.auth, self.auth.security.acls, self._cluster)
         server.add_stream(
             method_path(ydb_topic_v1_pb2, "TopicService", "StreamWrite"), self._stream_write
         )
@@ -191,6 +199,13 @@ class YdbFrontEnd:
 
     async def _stream_write(self, stream: ServerStream, context: ServerContext) -> None:
         session = WriteSession(
-            self._broker, self.admin, self.auth, self._clock_ms, self.stopping, stream, context
+            self._broker,
+            self.admin,
+            self.auth,
+            self._clock_ms,
+            self.stopping,
+            stream,
+            context,
+            self._cluster,
         )
         await session.run()

@@ -4,6 +4,9 @@ CommitOffset (and UpdateOffsetsInTransaction, answered UNSUPPORTED).
 A YDB topic is a VDL topic; its consumers and codec list are stored with it (see
 ``vdl.broker.topics``). Retention maps onto the Kafka topic settings ``retention.ms`` and
 ``retention.bytes``; write-speed and metering settings are accepted and not enforced.
+
+On a cluster, Create/Alter/Drop are metadata-group commands run from whichever node the
+client reached (see ``vdl.net.ydb.cluster``); statistics cover the replicas this node holds.
 """
 
 from __future__ import annotations
@@ -12,9 +15,13 @@ import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import trio
+
 from vdl.broker.broker import Broker
-from vdl.broker.topics import Topic, TopicConsumer
+from vdl.broker.topics import Topic, TopicConsumer, TopicError, validate_configs
+from vdl.log.stream import LogStream
 from vdl.net.grpc import ServerContext
+from vdl.net.ydb.cluster import YdbCluster
 from vdl.net.ydb.offsets import ConsumerOffsets
 from vdl.net.ydb.operation import StatusIds, YdbError
 from vdl.net.ydb.paths import topic_name, topic_path
@@ -26,6 +33,7 @@ CODEC_GZIP = 2
 SERVED_CODECS = (CODEC_RAW, CODEC_GZIP)
 _MIB = 1024 * 1024
 _AUTO_PARTITIONING_OFF = (0, 1)  # UNSPECIFIED, DISABLED
+_REPLICA_CATCH_UP_S = 2.0
 
 
 def duration_ms(duration: Any) -> int:
@@ -85,8 +93,10 @@ class TopicAdmin:
         database: str,
         node_id: int,
         on_topic_changed: Callable[[str], None],
+        cluster: YdbCluster | None = None,
     ) -> None:
         self._broker = broker
+        self._cluster = cluster
         self._offsets = offsets
         self._database = database
         self._node_id = node_id
@@ -118,24 +128,39 @@ class TopicAdmin:
             int(request.retention_storage_mb) or None,
         )
         consumers = [_consumer_from_proto(c) for c in request.consumers]
-        self._broker.create_topic(
+        topic = self._broker.create_topic(
             name,
             partitions,
             configs,
             consumers=consumers,
             supported_codecs=_check_codecs(request.supported_codecs.codecs),
             attributes=dict(request.attributes),
+            validate_only=self._cluster is not None,
         )
+        if self._cluster is not None:
+            await self._cluster.create_topic(topic)
         return ydb_topic_pb2.CreateTopicResult()
 
+    def _local_stream(self, topic: Topic, partition: int) -> LogStream | None:
+        """This node's replica of the partition (on a cluster a node may hold none)."""
+        try:
+            return self._broker.stream(topic.name, partition)
+        except TopicError:
+            return None
+
     def _partition_stats(self, topic: Topic, partition: int) -> Any:
-        stream = self._broker.stream(topic.name, partition)
+        node = self._node_id
+        if self._cluster is not None:
+            node = self._cluster.leader_of(topic.name, partition)
+        stream = self._local_stream(topic, partition)
+        if stream is None:
+            return ydb_topic_pb2.PartitionStats(partition_node_id=node)
         return ydb_topic_pb2.PartitionStats(
             partition_offsets=ydb_topic_pb2.OffsetsRange(
                 start=stream.log_start_offset, end=stream.high_watermark
             ),
             store_size_bytes=stream.store.size_bytes(),
-            partition_node_id=self._node_id,
+            partition_node_id=node,
         )
 
     def _entry(self, name: str) -> Any:
@@ -237,22 +262,28 @@ class TopicAdmin:
                     StatusIds.BAD_REQUEST, f"cannot alter unknown consumer {change.name!r}"
                 )
             consumers[change.name] = _alter_consumer(current, change)
-        self._broker.update_topic(
-            dataclasses.replace(
-                topic,
-                configs=configs,
-                supported_codecs=codecs,
-                attributes=attributes,
-                consumers=tuple(consumers.values()),
-            )
+        altered = dataclasses.replace(
+            topic,
+            configs=configs,
+            supported_codecs=codecs,
+            attributes=attributes,
+            consumers=tuple(consumers.values()),
         )
+        if self._cluster is not None:
+            validate_configs(self._broker.config_specs, altered.configs)
+            await self._cluster.update_topic(altered)
+        else:
+            self._broker.update_topic(altered)
         self._on_topic_changed(topic.name)
         return ydb_topic_pb2.AlterTopicResult()
 
     async def drop_topic(self, request: Any, context: ServerContext) -> Any:
         topic = self.topic(request.path)
         self._on_topic_changed(topic.name)
-        await self._broker.delete_topic(topic.name)
+        if self._cluster is not None:
+            await self._cluster.delete_topic(topic.name)
+        else:
+            await self._broker.delete_topic(topic.name)
         return ydb_topic_pb2.DropTopicResult()
 
     async def commit_offset(self, request: Any, context: ServerContext) -> Any:
@@ -264,14 +295,24 @@ class TopicAdmin:
             )
         if not 0 <= request.partition_id < topic.partitions:
             raise YdbError(StatusIds.BAD_REQUEST, f"no partition {request.partition_id}")
-        stream = self._broker.stream(topic.name, request.partition_id)
-        if not 0 <= request.offset <= stream.high_watermark:
+        stream = self._local_stream(topic, request.partition_id)
+        if self._cluster is not None and stream is not None:
+            # A follower's end lags the leader's for an instant; the client may have
+            # read up to the leader's end through another node.
+            with trio.move_on_after(_REPLICA_CATCH_UP_S):
+                while request.offset > stream.high_watermark:
+                    await self._broker.wait_for_data([stream], _REPLICA_CATCH_UP_S)
+        # Without a local replica the end is unknown here: the check is left out.
+        if request.offset < 0 or (stream is not None and request.offset > stream.high_watermark):
+            end = stream.high_watermark if stream is not None else "unknown"
             raise YdbError(
                 StatusIds.BAD_REQUEST,
                 f"offset {request.offset} is beyond the end of partition "
-                f"{request.partition_id} ({stream.high_watermark})",
+                f"{request.partition_id} ({end})",
             )
-        self._offsets.commit(request.consumer, topic.name, request.partition_id, request.offset)
+        await self._offsets.commit(
+            request.consumer, topic.name, request.partition_id, request.offset
+        )
         return ydb_topic_pb2.CommitOffsetResult()
 
     async def update_offsets_in_transaction(self, request: Any, context: ServerContext) -> Any:

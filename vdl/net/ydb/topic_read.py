@@ -11,6 +11,13 @@ and are answered with the partition's committed offset once durable.
 Records are converted by ``vdl.log.ydb_mapping``: YDB-written messages come back with their
 seq_no, producer and metadata; Kafka-written records read with that module's defaults.
 Batches are always sent with codec RAW.
+
+On a cluster a session serves the partitions this node holds a replica of, from that
+replica whether it leads or follows (every replica holds the same committed records at the
+same offsets), and its commits go through the metadata group (``ConsumerOffsets``).
+Balancing is still per node: two readers of one consumer connected to different nodes
+do not know of each other and may both read a partition (at-least-once, as after a
+reconnect).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from typing import Any
 import trio
 
 from vdl.broker.broker import Broker
+from vdl.broker.topics import TopicError
 from vdl.log.record_batch import InvalidBatch, UnsupportedCodec, iter_records, parse_batch_header
 from vdl.log.stream import LogStream
 from vdl.log.ydb_mapping import YdbMessage, from_record
@@ -304,7 +312,7 @@ class ReadSession:
             for offsets in commit.offsets:
                 part.tracker.add(int(offsets.start), min(int(offsets.end), hw))
             if part.tracker.committed > before:
-                self._offsets.commit(
+                await self._offsets.commit(
                     self._consumer, part.topic.name, part.partition, part.tracker.committed
                 )
             answered.partitions_committed_offsets.add(
@@ -368,10 +376,20 @@ class ReadSession:
                 await self._send(reply)
                 self._coordinator.release(self._consumer, topic_read.name, self.id, partition)
             for partition in sorted(targets - held.keys()):
+                if not self._hosted(topic_read.name, partition):
+                    # On a cluster a node serves only partitions it holds a replica of.
+                    continue
                 if self._coordinator.try_acquire(
                     self._consumer, topic_read.name, self.id, partition
                 ):
                     await self._start(topic_read, partition)
+
+    def _hosted(self, topic: str, partition: int) -> bool:
+        try:
+            self._broker.stream(topic, partition)
+        except TopicError:
+            return False
+        return True
 
     async def _start(self, topic_read: _TopicRead, partition: int) -> None:
         stream = self._broker.stream(topic_read.name, partition)

@@ -37,6 +37,7 @@ from vdl.log.ydb_mapping import YdbProducerTable, is_reserved_key
 from vdl.net.grpc import ServerContext, ServerStream
 from vdl.net.grpc.protobuf import decode
 from vdl.net.ydb.auth import Authenticator, StreamAuth
+from vdl.net.ydb.cluster import YdbCluster
 from vdl.net.ydb.operation import StatusIds, YdbError, as_ydb_error, leaf_error, wire
 from vdl.net.ydb.protos import ydb_topic_pb2
 from vdl.net.ydb.topic_admin import CODEC_GZIP, CODEC_RAW, TopicAdmin
@@ -58,6 +59,8 @@ _ACK_QUEUE = 1024
 _UNACKED_BYTES = 32 << 20
 # How long a stopping node lets a session's pending acks drain before cutting it off.
 _STOP_DRAIN_S = 5.0
+# How long a writer's init waits for a partition without a known leader (on a cluster).
+_ELECTION_WAIT_S = 0.5
 
 
 def choose_partition(
@@ -122,8 +125,10 @@ class WriteSession:
         stopping: trio.Event,
         stream: ServerStream,
         context: ServerContext,
+        cluster: YdbCluster | None = None,
     ) -> None:
         self._broker = broker
+        self._cluster = cluster
         self._admin = admin
         self._auth = auth
         self._clock_ms = clock_ms
@@ -197,6 +202,7 @@ class WriteSession:
             topic.partitions, self._producer_id, self._message_group_id, explicit
         )
         self._topic = topic
+        await self._require_leader(topic.name, self._partition)
         self._log = self._broker.stream(topic.name, self._partition)
         self._table = self._log.ydb_producers()
         self._max_message_bytes = int(self._broker.topic_config(topic, "max.message.bytes"))
@@ -214,6 +220,29 @@ class WriteSession:
             topic.name,
             self._partition,
             response.last_seq_no,
+        )
+
+    async def _require_leader(self, topic: str, partition: int) -> None:
+        """On a cluster only the partition's leader takes a writer (see
+        ``vdl.net.ydb.cluster``): elsewhere UNAVAILABLE sends the SDK to the next node."""
+        cluster = self._cluster
+        if cluster is None or cluster.is_leader(topic, partition):
+            return
+        leader = cluster.leader_of(topic, partition)
+        if leader <= 0:
+            # An election is running: wait a little for it here rather than have the
+            # client spin through the nodes every few milliseconds.
+            with trio.move_on_after(_ELECTION_WAIT_S):
+                while cluster.leader_of(topic, partition) <= 0:
+                    await trio.sleep(0.05)
+            if cluster.is_leader(topic, partition):
+                return
+            leader = cluster.leader_of(topic, partition)
+        log.debug("writer %s: %s[%d] is led by node %d", self._session_id, topic, partition, leader)
+        raise YdbError(
+            StatusIds.UNAVAILABLE,
+            f"node {cluster.node_id} does not lead {topic} partition {partition} "
+            f"(node {leader} does, -1: unknown); reconnect",
         )
 
     async def _serve(self) -> None:
