@@ -12,7 +12,11 @@ reports), then drain every `Ready` exactly as `ready.py` prescribes:
 5. the Ready's `messages_after_persist` wait in a FIFO with the store's last index at that
    moment; the node's Flusher syncs the store together with every other dirty store (group
    commit) and calls `on_durable(index)`; batches up to `index` then leave, oldest first,
-   and the core hears `on_persisted` for the last durable entry.
+   and the core hears `on_persisted` for the last durable entry. If the loop is parked
+   between turns when the report comes, this happens right in the report's callback: a
+   follower's ack then leaves as soon as its fsync is done, instead of after the driver
+   task's next scheduling (one wake-up less per commit, which costs milliseconds on a busy
+   event loop).
 
 Proposals (`propose`) go straight into the core from the caller's task, so every proposal
 made between two loop turns travels in one Ready: one store append, one flush, one
@@ -138,6 +142,9 @@ class GroupDriver:
         self._pending: deque[_PendingPersist] = deque()
         self._durable_index = store.last_index()
         self._in_ready = False
+        # True while run() waits for the next turn: no turn is half-done, so anything the
+        # loop would do first (releasing what a sync made durable) may be done at once.
+        self._parked = False
         self._meta_lock = trio.Lock()
         # Own proposals not yet written (index -> term), to tell them from a leader's.
         self._proposed: dict[int, int] = {}
@@ -162,9 +169,13 @@ class GroupDriver:
         return self._store
 
     def on_durable(self, index: int) -> None:
-        # Only note it here: the core is touched by the driver's own task alone.
         if index > self._durable_index:
             self._durable_index = index
+        if self._parked:
+            # Exactly what the next turn would start with; mid-turn (a Ready being
+            # handled, a truncation or snapshot install waiting on the flusher) the turn
+            # does it itself, at the point where it is safe.
+            self._release_durable()
         self._wakeup.set()
 
     # ---- inputs from other tasks -------------------------------------------------------
@@ -265,7 +276,11 @@ class GroupDriver:
             task_status.started()
             await self._drain()  # a restarted node applies what it already knows committed
             while True:
-                await self._wakeup.wait()
+                self._parked = True
+                try:
+                    await self._wakeup.wait()
+                finally:
+                    self._parked = False
                 self._wakeup = trio.Event()
                 await self._drain()
 

@@ -9,11 +9,21 @@ import pytest
 import trio
 import trio.testing
 
-from tests.unit.consensus.driver_cluster import GROUP, DriverCluster, payload
-from vdl.backends.api import EntryType
-from vdl.backends.registry import open_meta_store
+from tests.unit.consensus.driver_cluster import (
+    GROUP,
+    OPTIONS,
+    RAFT,
+    DriverCluster,
+    Recorder,
+    payload,
+)
+from vdl.backends.api import Entry, EntryType, LogStoreOptions
+from vdl.backends.registry import open_log_store, open_meta_store
 from vdl.consensus import NotLeader
+from vdl.consensus.driver import GroupDriver
 from vdl.consensus.hard_state_store import load_hard_state
+from vdl.consensus.messages import AppendEntries, AppendResponse, Message
+from vdl.log.flusher import Flusher
 
 
 @pytest.fixture
@@ -157,3 +167,46 @@ async def test_the_machine_hears_when_the_leaders_own_write_is_durable(
     cluster.net.isolated.clear()
     await cluster.wait_applied(index, [1, 2, 3])
     assert all(cluster.nodes[i].machine.persisted >= index for i in followers)
+
+
+async def test_a_followers_ack_leaves_with_the_durability_report(tmp_path: Path) -> None:
+    # The flusher's report arrives in a callback; while the loop is parked between turns
+    # the ack it held goes out right there, not one scheduling of the driver task later.
+    sent: list[Message] = []
+
+    class ListOutbox:
+        def send(self, group_id: int, message: Message) -> None:
+            sent.append(message)
+
+    store = open_log_store("segment", tmp_path / "log", LogStoreOptions())
+    meta = open_meta_store(tmp_path / "meta")
+    # Never run: syncs happen only where the test says, so it sees when the ack is owed.
+    flusher = Flusher()
+    driver = GroupDriver(
+        GROUP,
+        1,
+        frozenset({1, 2, 3}),
+        store,
+        meta,
+        flusher,
+        ListOutbox(),
+        Recorder(),
+        raft=RAFT,
+        options=OPTIONS,
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(driver.run)
+        entry = Entry(1, 1, EntryType.DATA, payload(1, b"one"))
+        driver.deliver(AppendEntries(2, 1, 1, 0, 0, 0, (entry,)))
+        with trio.fail_after(5):
+            while store.last_index() < 1 or not driver._parked:
+                await trio.sleep(0.001)
+        assert not [m for m in sent if isinstance(m, AppendResponse)]  # not durable yet
+        store.sync()
+        driver.on_durable(1)  # as the flusher's callback does, outside any task
+        acks = [m for m in sent if isinstance(m, AppendResponse)]
+        assert acks == [AppendResponse(1, 2, 1, 1)]
+        nursery.cancel_scope.cancel()
+    await driver.close()
+    store.close()
+    meta.close()

@@ -137,3 +137,25 @@ async def test_a_full_queue_drops_instead_of_blocking() -> None:
         nursery.cancel_scope.cancel()
     conn.close()
     listener.close()
+
+
+async def test_frames_stay_in_order_when_the_socket_takes_only_part_of_one() -> None:
+    # Small frames go straight to the socket; one far larger than the kernel's buffer is
+    # written partly there and finished by the writer task, and the frames sent after it
+    # must queue behind its tail rather than overtake it.
+    ports = {1: free_port(), 2: free_port()}
+    a, b = Node(1, ports), Node(2, ports)
+    async with trio.open_nursery() as nursery:
+        await a.start(nursery)
+        await b.start(nursery)
+        await a.transport.links[2].wait_connected()
+        await b.transport.links[1].wait_connected()
+        big = AppendEntries(1, 2, 1, 0, 0, 0, (Entry(1, 1, EntryType.NOOP, b"x" * 16_000_000),))
+        sent: list[Message] = [Heartbeat(1, 2, 1, 0), big]
+        sent += [Heartbeat(1, 2, 1, i) for i in range(1, 200)]
+        for message in sent:
+            a.transport.send(1, message)
+        await _until(lambda: len(b.boxes[1].got) == len(sent), timeout=30)
+        assert b.boxes[1].got == sent
+        assert a.transport.links[2].dropped == 0
+        nursery.cancel_scope.cancel()
