@@ -10,6 +10,7 @@ from confluent_kafka import Producer
 
 from tests.integration.kafka_clients import confluent_consume_all, confluent_create_topic
 from tests.integration.node_process import NodeProcess
+from vdl.backends.segment.entry_codec import HEADER, HEADER_SIZE
 
 PARTITIONS = 2
 
@@ -101,15 +102,27 @@ def test_sigterm_mid_produce_keeps_every_ack(tmp_path: Path) -> None:
         node.kill()
 
 
+def _data_end(path: Path) -> int:
+    """End of the last entry of a segment file: a preallocated one is zeros after it."""
+    data = path.read_bytes()
+    at = 0
+    while at + HEADER_SIZE <= len(data) and any(data[at : at + HEADER_SIZE]):
+        at += HEADER_SIZE + HEADER.unpack_from(data, at)[1]
+    return min(at, len(data))
+
+
 def _tear_tail(data_dir: Path) -> Path:
-    """Append half an entry's worth of junk to the newest file of a partition's log."""
+    """Write half an entry's worth of junk right after the last entry of the newest file of
+    a partition's log (over preallocated zeros, if any, where the next entry would go)."""
     stream_dir = data_dir / "streams" / "durable-0"
     files = sorted(
         (p for p in stream_dir.rglob("*") if p.is_file()), key=lambda p: p.stat().st_mtime
     )
     segments = [p for p in files if p.suffix == ".log"] or files
     target = segments[-1]
-    with open(target, "ab") as fh:
+    end = _data_end(target) if target.suffix == ".log" else target.stat().st_size
+    with open(target, "r+b") as fh:
+        fh.seek(end)
         fh.write(b"\x13\x37" * 50)
     return target
 

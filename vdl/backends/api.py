@@ -80,6 +80,10 @@ class LogRetention:
 class LogStoreOptions:
     segment_bytes: int = 64 * 1024 * 1024  # roll target for one segment
     cache_bytes: int = 8 * 1024 * 1024  # recent-entries cache for tailing reads
+    # Zero-fill each segment ahead of use, so appends are overwrites whose fdatasync needs
+    # no journal commit: lone acks get faster, but every byte is written twice, so it is
+    # off by default (see vdl/backends/segment/preallocate.py for the measurements).
+    preallocate: bool = False
     retention: LogRetention = LogRetention()
 
 

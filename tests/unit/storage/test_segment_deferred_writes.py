@@ -37,7 +37,9 @@ def opened() -> Iterator[list[SegmentLogStore]]:
 def open_store(
     directory: Path, opened: list[SegmentLogStore], options: LogStoreOptions = NO_CACHE
 ) -> SegmentLogStore:
-    store = SegmentLogStore.open(directory, options)
+    # Files that end at their data, as these tests expect (preallocated segments are
+    # covered in test_segment_preallocation.py).
+    store = SegmentLogStore.open(directory, options, preallocate=False)
     opened.append(store)
     return store
 

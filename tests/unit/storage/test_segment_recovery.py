@@ -41,7 +41,9 @@ def opened(directory: Path) -> Iterator[list[SegmentLogStore]]:
 def open_store(
     directory: Path, opened: list[SegmentLogStore], options: LogStoreOptions = OPTIONS
 ) -> SegmentLogStore:
-    store = SegmentLogStore.open(directory, options)
+    # Files that end at their data, as these tests expect (preallocated segments are
+    # covered in test_segment_preallocation.py).
+    store = SegmentLogStore.open(directory, options, preallocate=False)
     opened.append(store)
     return store
 

@@ -12,6 +12,13 @@ torn (a crash mid-write, or pages of an unsynced write that never reached the di
   prefix is checked the same way at its last record and every entry after it is read and
   CRC-checked. The first bad one (short, CRC mismatch, wrong index, unknown type) ends the
   log: the file is cut there and every later segment is removed. Nothing before is touched.
+- An all-zero header is not a bad entry but free space: a preallocated segment
+  (`preallocate.py`) is zeros past its last entry. It ends the log all the same, and the
+  last segment is cut there too, not kept preallocated: a zero header proves nothing about
+  what follows. A round of writes torn by a crash can leave its first page unwritten (zeros)
+  and later pages on disk; an intact stale entry among them would be taken for the
+  successor of whatever a later append happens to end next to it. Cutting costs one early
+  roll into a new preallocated spare (see `store.py`).
 
 The index records rebuilt here reach their files only after the store has fdatasync'ed the
 scanned segments, keeping the rule above for the next crash.
@@ -19,6 +26,7 @@ scanned segments, keeping the rule above for the next crash.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -27,6 +35,7 @@ from vdl.backends.segment import log_index, raft_index
 from vdl.backends.segment.entry_codec import HEADER, HEADER_SIZE, entry_is_intact, valid_kind
 from vdl.backends.segment.file_io import pread_all
 from vdl.backends.segment.log_index import LogIndex
+from vdl.backends.segment.preallocate import remove_spares
 from vdl.backends.segment.raft_index import RaftIndex
 from vdl.backends.segment.segment import (
     LOG_SUFFIX,
@@ -39,10 +48,14 @@ from vdl.backends.segment.segment import (
 _SUFFIXES = (LOG_SUFFIX, raft_index.SUFFIX, log_index.SUFFIX)
 _BATCH_HEADER_SIZE = 61
 _READ_CHUNK = 1 << 20
+_FREE = bytes(HEADER_SIZE)
+
+_log = logging.getLogger(__name__)
 
 
 def open_segments(directory: Path) -> list[Segment]:
     """Recover every segment of `directory`, in index order (empty list if there are none)."""
+    remove_spares(directory)
     stems = _find_stems(directory)
     segments: list[Segment] = []
     try:
@@ -104,7 +117,15 @@ def _recover_segment(
         raft.truncate_from(first + kept)
         log.truncate_from(first + kept)
         segment = Segment(directory, first, start, fd, end, raft, log)
-        complete = _scan_tail(segment, file_size, expected)
+        complete, clean = _scan_tail(segment, file_size, expected)
+        if not clean:
+            _log.warning(
+                "segment %s: torn or corrupt entry %d at byte %d cut (%d bytes after it)",
+                stem,
+                segment.next_index,
+                segment.size,
+                file_size - segment.size,
+            )
         if file_size > segment.size:
             os.ftruncate(fd, segment.size)
         return segment, complete
@@ -171,22 +192,31 @@ def _verified_end(fd: int, file_size: int, at: int, index: int, term: int, kind:
     return end
 
 
-def _scan_tail(segment: Segment, file_size: int, expected: int | None) -> bool:
-    """Index the intact entries after `segment.size`, stopping at the first bad one or at
-    `expected` entries; return whether the segment holds all it should."""
+def _scan_tail(segment: Segment, file_size: int, expected: int | None) -> tuple[bool, bool]:
+    """Index the intact entries after `segment.size`, stopping at the first bad one, at free
+    space or at `expected` entries; return whether the segment holds all it should and
+    whether it ended cleanly (not at a torn or corrupt entry)."""
     window = _ReadWindow(segment.fd, file_size)
     position, index = segment.size, segment.next_index
     limit = None if expected is None else segment.first_index + expected
+    clean = True
     while limit is None or index < limit:
         if position + HEADER_SIZE > file_size:
+            # A few bytes short of a header: torn, unless they are preallocated zeros.
+            rest = window.view(position, file_size - position)
+            clean = not any(rest)
             break
         header = window.view(position, HEADER_SIZE)
+        if header == _FREE:
+            break
         _, length, term, got_index, kind = HEADER.unpack_from(header)
         end = position + HEADER_SIZE + length
         if got_index != index or not valid_kind(kind) or end > file_size:
+            clean = False
             break
         entry = window.view(position, end - position)
         if not entry_is_intact(entry, 0, length):
+            clean = False
             break
         if kind == EntryType.DATA:
             if length < _BATCH_HEADER_SIZE:
@@ -197,7 +227,7 @@ def _scan_tail(segment: Segment, file_size: int, expected: int | None) -> bool:
         segment.raft.append(term, position, kind)
         position, index = end, index + 1
     segment.size = position
-    return limit is None or index == limit
+    return limit is None or index == limit, clean
 
 
 class _ReadWindow:

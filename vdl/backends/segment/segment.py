@@ -10,6 +10,12 @@ stream was at when the segment was created (its "start offset"):
 Zero-padded, so name order is index order. The start offset is what `next_offset()` falls
 back to when no DATA entry is left in the store (after retention or truncation), so an
 empty-of-data log never restarts its offsets from zero.
+
+A segment made from a spare (`preallocate.py`) starts as a file of zeros of its target
+size; its entries overwrite them and an all-zero header marks the end of the log. A closed
+segment's file ends exactly at its last entry: it rolls only once its entries reach the
+target, which is at least the preallocated size (`close_file` enforces it anyway), and
+recovery cuts the last segment at its last intact entry (see `recovery.py` for why).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from vdl.backends.api import CorruptionError, StorageError
 from vdl.backends.segment import log_index, raft_index
 from vdl.backends.segment.file_io import pread_all
 from vdl.backends.segment.log_index import LogIndex
+from vdl.backends.segment.preallocate import SpareFile
 from vdl.backends.segment.raft_index import RaftIndex
 
 LOG_SUFFIX = ".log"
@@ -58,16 +65,20 @@ class Segment:
         size: int,
         raft: RaftIndex,
         log: LogIndex,
+        allocated: int = 0,
     ) -> None:
         self.directory = directory
         self.first_index = first_index
         self.start_offset = start_offset
         self.fd = fd
         # Bytes of whole entries, counting those appended but still queued for the flusher
-        # to write: the file may be shorter than this, never longer once recovered.
+        # to write: the file may be shorter than this, and longer only by zeros.
         self.size = size
         self.raft = raft
         self.log = log
+        # Size of the zero-filled file the segment was made from (0: not preallocated, the
+        # file grows by appends); `size` may pass it, entries then append.
+        self.allocated = allocated
         self._newest_timestamp: int | None = None  # cached once the segment is closed
 
     @property
@@ -86,19 +97,54 @@ class Segment:
     def next_index(self) -> int:
         return self.first_index + self.raft.count
 
+    @property
+    def preallocated(self) -> bool:
+        return self.allocated > 0
+
     @classmethod
-    def create(cls, directory: Path, first_index: int, start_offset: int) -> Segment:
+    def create(
+        cls, directory: Path, first_index: int, start_offset: int, spare: SpareFile | None = None
+    ) -> Segment:
+        """A new empty segment; its file is `spare` renamed if that is ready (the caller
+        makes the directory change durable), else a new empty file."""
         stem = stem_of(first_index, start_offset)
-        fd = os.open(
-            directory / (stem + LOG_SUFFIX),
-            os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
-            0o644,
-        )
-        raft = RaftIndex.load(first_index, directory / (stem + raft_index.SUFFIX))
-        log = LogIndex.load(directory / (stem + log_index.SUFFIX))
+        path = directory / (stem + LOG_SUFFIX)
+        fd = None if spare is None else spare.take()
+        allocated = 0
+        if fd is None:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        else:
+            assert spare is not None
+            try:
+                os.rename(spare.path, path)  # replaces leftovers of a removed namesake
+            except BaseException:
+                os.close(fd)
+                raise
+            allocated = spare.size
+        try:
+            raft = RaftIndex.load(first_index, directory / (stem + raft_index.SUFFIX))
+            log = LogIndex.load(directory / (stem + log_index.SUFFIX))
+        except BaseException:
+            os.close(fd)
+            raise
         raft.records.truncate(0)  # leftovers of a segment of the same name removed earlier
         log.records.truncate(0)
-        return cls(directory, first_index, start_offset, fd, 0, raft, log)
+        return cls(directory, first_index, start_offset, fd, 0, raft, log, allocated)
+
+    def adopt_spare(self, spare: SpareFile) -> int | None:
+        """Replace the file of this empty segment with `spare` if it is ready; return the
+        old fd for the caller to retire, or None if nothing changed."""
+        assert self.size == 0 and self.raft.count == 0
+        fd = spare.take()
+        if fd is None:
+            return None
+        try:
+            os.rename(spare.path, self.path)
+        except BaseException:
+            os.close(fd)
+            raise
+        old, self.fd, self.allocated = self.fd, fd, spare.size
+        return old
 
     # -- I/O -------------------------------------------------------------------------
 
@@ -146,10 +192,24 @@ class Segment:
         self.raft.truncate_from(index)
         self.log.truncate_from(index)
         # Entries still queued may not have reached the file: cutting must not lengthen it.
+        # Preallocated zeros go too: written-over space past the cut could hold old entries
+        # that a later append of the right length would make look like its successors.
         if os.fstat(self.fd).st_size > keep_bytes:
             os.ftruncate(self.fd, keep_bytes)
+            self.allocated = 0
         self.size = keep_bytes
         self._newest_timestamp = None
+
+    def close_file(self) -> bool:
+        """The segment rolled: cut zeros it did not fill, so the file ends at its data;
+        return whether the file changed (its new length is to be synced).
+
+        Queued entries lie below `size`, so they still land inside the file."""
+        cut = self.size < self.allocated
+        if cut:
+            os.ftruncate(self.fd, self.size)
+        self.allocated = 0
+        return cut
 
     def flush_indexes_through(self, index: int) -> None:
         """Write index records of entries up to `index` (already durable) to their files."""

@@ -20,8 +20,19 @@ Read path: entries still in the recent-entries cache come from memory; older one
 with one pread per run of entries in a segment, located arithmetically through the raft
 index (by Raft index) or by binary search of the log index (by offset), and CRC-checked.
 
+Preallocation: a shared background thread prepares a spare file of zeros of the segment
+target size (`preallocate.py`), so that the flusher's writes overwrite allocated blocks and
+its fdatasyncs need no journal commit. A roll renames the spare into the new segment if it
+is ready; if not, the new segment is an empty file that grows by appends as before, and the
+first append after the spare is ready rolls early into it (an empty active segment swaps
+its file instead). The same covers a new store, a recovered one (recovery cuts the last
+segment at its data) and one whose active segment a truncation cut. The next spare is
+prepared once the active segment is half full, so an idle stream keeps at most one
+segment's worth of zeros besides its active segment.
+
 Threads: everything runs on the owning thread except `sync()`, whose shared state (the
-write queue among it) is confined to `SyncTracker` (`durability.py`).
+write queue among it) is confined to `SyncTracker` (`durability.py`), and the spare's
+preparation, confined to `SpareFile`.
 """
 
 from __future__ import annotations
@@ -42,6 +53,7 @@ from vdl.backends.api import (
 from vdl.backends.segment.durability import PendingWrite, SyncTracker
 from vdl.backends.segment.entry_codec import HEADER, HEADER_SIZE, encode_header, entry_is_intact
 from vdl.backends.segment.log_index import BatchRecord
+from vdl.backends.segment.preallocate import SpareFile, prepare_spare
 from vdl.backends.segment.recent_cache import RecentCache
 from vdl.backends.segment.recovery import open_segments
 from vdl.backends.segment.segment import MAX_SEGMENT_BYTES, Segment, batch_max_timestamp
@@ -58,10 +70,18 @@ _RAFT_ONLY = frozenset({int(EntryType.NOOP), int(EntryType.CONFIG)})
 
 class SegmentLogStore:
     def __init__(
-        self, directory: Path, options: LogStoreOptions, segments: list[Segment], dir_fd: int
+        self,
+        directory: Path,
+        options: LogStoreOptions,
+        segments: list[Segment],
+        dir_fd: int,
+        preallocate: bool = True,
     ) -> None:
         self._directory = directory
         self._options = options
+        self._roll_at = min(options.segment_bytes, MAX_SEGMENT_BYTES)
+        self._preallocate = preallocate
+        self._spare: SpareFile | None = None
         self._segments = SegmentList(segments)
         self._size = sum(s.size for s in segments)
         last = self._segments.active.last_index
@@ -73,9 +93,16 @@ class SegmentLogStore:
         self._first_offset = 0
         self._recompute_offsets()
         self._closed = False
+        self._maybe_prepare_spare()
 
     @classmethod
-    def open(cls, directory: Path, options: LogStoreOptions) -> SegmentLogStore:
+    def open(
+        cls, directory: Path, options: LogStoreOptions, *, preallocate: bool | None = None
+    ) -> SegmentLogStore:
+        """Open (recovering) or create the store; `preallocate` overrides
+        `options.preallocate` (False keeps every segment growing by appends)."""
+        if preallocate is None:
+            preallocate = options.preallocate
         if options.segment_bytes <= 0:
             raise StorageError(f"segment_bytes must be positive, not {options.segment_bytes}")
         directory.mkdir(parents=True, exist_ok=True)
@@ -101,7 +128,7 @@ class SegmentLogStore:
                 segment.close_indexes()
             os.close(dir_fd)
             raise
-        return cls(directory, options, segments, dir_fd)
+        return cls(directory, options, segments, dir_fd, preallocate)
 
     # -- Raft side -------------------------------------------------------------------
 
@@ -174,8 +201,8 @@ class SegmentLogStore:
     ) -> list[PendingWrite]:
         """Place and encode `entries`, rolling as needed, and index them in memory; return
         their writes for the flusher. Nothing is written here: this runs on the event loop."""
-        active = self._segments.active
-        roll_at = min(self._options.segment_bytes, MAX_SEGMENT_BYTES)
+        active = self._use_ready_spare(entries[0].index)
+        roll_at = self._roll_at
         writes: list[PendingWrite] = []
         no_data_yet = self._first_offset == self._next_offset  # an empty offset range
         for entry, batch in zip(entries, offsets, strict=True):
@@ -199,15 +226,43 @@ class SegmentLogStore:
                     self._first_offset, no_data_yet = first, False
             active.raft.append(entry.term, position, kind)
             writes.append(PendingWrite(active.fd, position, entry.index, header, payload))
+        self._maybe_prepare_spare()
         return writes
 
     def _roll(self, first_index: int) -> Segment:
         closing = self._segments.active
-        segment = Segment.create(self._directory, first_index, self._next_offset)
+        if closing.close_file():
+            self._tracker.cut(closing.fd)
+        segment = Segment.create(self._directory, first_index, self._next_offset, self._spare)
+        if segment.preallocated:
+            self._spare = None
         self._segments.push(segment)
         self._unsealed_closed.append(closing)
         self._tracker.directory_changed()
         return segment
+
+    def _use_ready_spare(self, next_index: int) -> Segment:
+        """The segment to append `next_index` to: the active one, unless it is not
+        preallocated and a spare is ready to take over."""
+        active = self._segments.active
+        if active.preallocated or self._spare is None or not self._spare.ready():
+            return active
+        if active.raft.count:
+            return self._roll(next_index)
+        old_fd = active.adopt_spare(self._spare)
+        if old_fd is not None:
+            self._spare = None
+            self._tracker.retire(old_fd)
+            self._tracker.directory_changed()
+        return active
+
+    def _maybe_prepare_spare(self) -> None:
+        if self._spare is not None or not self._preallocate:
+            return
+        active = self._segments.active
+        if active.preallocated and active.size < self._roll_at // 2:
+            return
+        self._spare = prepare_spare(self._directory, self._roll_at)
 
     def truncate_suffix(self, from_index: int) -> None:
         self._live()
@@ -379,7 +434,9 @@ class SegmentLogStore:
                 self._delete_segment(segment)
             # Removals before the creation: a crash in between leaves an empty log here.
             self._tracker.sync_directory()
-            segment = Segment.create(self._directory, first_index, first_offset)
+            segment = Segment.create(self._directory, first_index, first_offset, self._spare)
+            if segment.preallocated:
+                self._spare = None
             self._segments = SegmentList([segment])
             self._tracker.restart_at(first_index - 1)
             self._tracker.directory_changed()
@@ -388,6 +445,7 @@ class SegmentLogStore:
         self._cache = RecentCache(self._options.cache_bytes, first_index)
         self._index_flushed = first_index - 1
         self._recompute_offsets()
+        self._maybe_prepare_spare()
 
     def apply_retention(self, now_ms: int, keep_from: int | None = None) -> int:
         self._live()
@@ -436,6 +494,9 @@ class SegmentLogStore:
                 self._flush_indexes(force=True)
         finally:
             self._closed = True
+            if self._spare is not None:
+                self._spare.discard()
+                self._spare = None
             self._tracker.close()
             for segment in self._segments.snapshot():
                 os.close(segment.fd)
@@ -490,9 +551,7 @@ def _read_entries(
     return out
 
 
-def _read_batches(
-    segment: Segment, records: list[BatchRecord], out: list[Buffer]
-) -> None:
+def _read_batches(segment: Segment, records: list[BatchRecord], out: list[Buffer]) -> None:
     """Append the payloads of `records` (consecutive DATA entries of `segment`) to `out`
     as views into one pread covering them all."""
     if not records:
