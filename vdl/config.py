@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +57,7 @@ class NodeConfig:
     auto_create_topics: bool = True
     default_partitions: int = 1
     segment_bytes: int = 64 * 1024 * 1024
+    segment_preallocate: bool = False
     retention_bytes: int = -1  # -1: unlimited, as in Kafka
     retention_ms: int = 7 * 24 * 3600 * 1000
     retention_check_ms: int = 60_000
@@ -88,6 +90,12 @@ class NodeConfig:
     kafka_tls_cert: Path | None = None
     kafka_tls_key: Path | None = None
     tls_client_ca: Path | None = None
+    # Raft connections (peer links, snapshot pulls, admin commands) use mutual TLS when
+    # all three are given: a certificate naming this node (DNS vdl-node-<id>), its key,
+    # and the CA every raft certificate of the cluster is checked against.
+    raft_tls_cert: Path | None = None
+    raft_tls_key: Path | None = None
+    raft_tls_ca: Path | None = None
     kafka_sasl_mechanisms: tuple[str, ...] = ()
     superusers: tuple[str, ...] = ()
     token_lifetime_ms: int = 12 * 3600 * 1000
@@ -101,6 +109,9 @@ class NodeConfig:
     raft_tick_ms: int = 100  # one Raft tick; elections take 10-20 ticks
     # Not an initial member: this node asks the others in peers to add it (README).
     join: bool = False
+    # The data centre this node is in ("" for none): partition leaders move to the nodes of
+    # a topic's preferred.dc (VDL 3.2), so a label must be the same string on every node.
+    dc: str = ""
 
     @property
     def clustered(self) -> bool:
@@ -136,6 +147,7 @@ def parse_peers(raw: Any) -> tuple[tuple[int, HostPort], ...]:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(NodeConfig)}
+_DC_NAME = re.compile(r"^[A-Za-z0-9._-]{0,64}$")
 
 
 def _convert(name: str, raw: Any) -> Any:
@@ -159,6 +171,9 @@ def _convert(name: str, raw: Any) -> Any:
             "kafka_tls_cert",
             "kafka_tls_key",
             "tls_client_ca",
+            "raft_tls_cert",
+            "raft_tls_key",
+            "raft_tls_ca",
         ):
             return Path(raw)
         if name in ("kafka_sasl_mechanisms", "superusers"):
@@ -181,7 +196,12 @@ def _convert(name: str, raw: Any) -> Any:
             return raw
         if name == "log_level":
             return str(raw).upper()
-        if name in ("auto_create_topics", "join"):
+        if name == "dc":
+            text = str(raw).strip()
+            if not _DC_NAME.match(text):
+                raise ConfigError("expected up to 64 characters of [A-Za-z0-9._-]")
+            return text
+        if name in ("auto_create_topics", "join", "segment_preallocate"):
             if isinstance(raw, bool):
                 return raw
             lowered = str(raw).lower()
@@ -245,6 +265,12 @@ def load_config(argv: Sequence[str], environ: Mapping[str, str]) -> NodeConfig:
         raise ConfigError(f"node-id {config.node_id} is not among the peers")
     if config.raft_listen is not None and not config.peers:
         raise ConfigError("raft-listen needs peers")
+    raft_tls = (config.raft_tls_cert, config.raft_tls_key, config.raft_tls_ca)
+    if any(path is not None for path in raft_tls):
+        if any(path is None for path in raft_tls):
+            raise ConfigError("raft-tls-cert, raft-tls-key and raft-tls-ca must be given together")
+        if not config.peers:
+            raise ConfigError("raft-tls-cert needs peers")
     if config.connections_max_idle_ms < 1:
         raise ConfigError("connections-max-idle-ms must be at least 1")
     if config.producer_byte_rate == 0 or config.consumer_byte_rate == 0:

@@ -30,6 +30,7 @@ from vdl.cluster.manager import ClusterManager, ClusterSettings
 from vdl.cluster.memory_meta import MemoryMetaStore
 from vdl.cluster.offset_commands import ReplicatedOffsets
 from vdl.config import ConfigError, HostPort, NodeConfig, load_config
+from vdl.consensus.peer_tls import PeerTls
 from vdl.groups.coordinator import GroupConfig
 from vdl.groups.service import GroupService
 from vdl.log.flusher import Flusher
@@ -76,6 +77,15 @@ def tls_contexts(config: NodeConfig) -> tuple[ssl.SSLContext | None, ssl.SSLCont
     return kafka, grpc
 
 
+def raft_tls(config: NodeConfig) -> PeerTls | None:
+    """Mutual TLS for the raft port when configured; raises TlsConfigError naming the bad
+    file, or a certificate that does not name this node."""
+    cert, key, ca = config.raft_tls_cert, config.raft_tls_key, config.raft_tls_ca
+    if cert is None or key is None or ca is None:
+        return None
+    return PeerTls.from_files(cert, key, ca, node_id=config.node_id)
+
+
 class Node:
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
@@ -84,6 +94,7 @@ class Node:
         self._users: UserStore | None = None
         self._kafka_tls: ssl.SSLContext | None = None
         self._grpc_tls: ssl.SSLContext | None = None
+        self._raft_tls: PeerTls | None = None
         self._security = Security()
         self._stop = trio.Event()
         self._cluster: ClusterManager | None = None
@@ -144,6 +155,7 @@ class Node:
                 ),
                 auto_create_topics=config.auto_create_topics,
                 default_partitions=config.default_partitions,
+                preallocate_segments=config.segment_preallocate,
                 catalog=catalog,
             )
             if config.clustered:
@@ -157,6 +169,8 @@ class Node:
                         tick_s=config.raft_tick_ms / 1000,
                         log_backend=config.log_backend,
                         join=config.join,
+                        dc=config.dc,
+                        raft_tls=self._raft_tls,
                     ),
                     broker,
                     meta,
@@ -181,6 +195,7 @@ class Node:
 
     def _load_tls(self) -> None:
         self._kafka_tls, self._grpc_tls = tls_contexts(self.config)
+        self._raft_tls = raft_tls(self.config)
 
     async def _serve(
         self,
@@ -327,6 +342,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         config = load_config(sys.argv[1:] if argv is None else argv, os.environ)
         # Unusable security files are start-up errors: one line, exit code 2.
         tls_contexts(config)
+        raft_tls(config)
         if config.users is not None:
             UserStore.from_file(config.users)
     except (ConfigError, TlsConfigError, UsersFileError) as exc:

@@ -4,6 +4,7 @@ checker, groups on a cluster): start, kill -9, restart, and ask who leads what."
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from confluent_kafka import KafkaException
@@ -13,9 +14,18 @@ from tests.integration.node_process import NodeProcess, free_port
 
 
 class Cluster:
-    def __init__(self, root: Path, *extra_args: str, size: int = 3) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *extra_args: str,
+        size: int = 3,
+        node_args: Callable[[int], Sequence[str]] = lambda node_id: (),
+    ) -> None:
+        """`extra_args` go to every node, `node_args(id)` to node `id` only (say its own
+        certificate)."""
         raft_ports = {i: free_port() for i in range(1, size + 1)}
         peers = ",".join(f"{i}=127.0.0.1:{p}" for i, p in raft_ports.items())
+        self.raft_ports = raft_ports
         self.nodes = {
             i: NodeProcess(
                 root / f"node{i}",
@@ -28,6 +38,7 @@ class Cluster:
                 "--shutdown-grace-ms",
                 "5000",
                 *extra_args,
+                *node_args(i),
             )
             for i in raft_ports
         }

@@ -53,6 +53,7 @@ class Broker:
         config_specs: Mapping[str, ConfigSpec] | None = None,
         auto_create_topics: bool = True,
         default_partitions: int = 1,
+        preallocate_segments: bool = False,
         catalog: TopicCatalog | None = None,
     ) -> None:
         """`catalog`: where topics live (default: this node's MetaStore); a cluster passes
@@ -74,6 +75,7 @@ class Broker:
         )
         self.auto_create_topics = auto_create_topics
         self.default_partitions = default_partitions
+        self._preallocate_segments = preallocate_segments
         self.catalog = catalog if catalog is not None else TopicCatalog(meta)
         # The cluster this node belongs to; None on a one-node cluster. Set by the node.
         self.cluster: ClusterView | None = None
@@ -113,6 +115,7 @@ class Broker:
         retention_bytes = int(self.topic_config(topic, "retention.bytes"))
         options = LogStoreOptions(
             segment_bytes=int(self.topic_config(topic, "segment.bytes")),
+            preallocate=self._preallocate_segments,
             retention=LogRetention(
                 max_bytes=retention_bytes if retention_bytes >= 0 else None,
                 max_age_ms=retention_ms if retention_ms >= 0 else None,

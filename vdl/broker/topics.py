@@ -44,6 +44,9 @@ def topic_config_specs(
         "segment.bytes": ConfigSpec(str(segment_bytes), int),
         "max.message.bytes": ConfigSpec(str(max_message_bytes), int),
         "message.timestamp.type": ConfigSpec("CreateTime", str, ("CreateTime", "LogAppendTime")),
+        # Not Kafka's: the data centre (a node's --dc) whose nodes should lead the
+        # partitions when they are healthy (VDL 3.2, vdl/cluster/placement_leader.py).
+        "preferred.dc": ConfigSpec("", str),
     }
 
 

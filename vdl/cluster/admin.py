@@ -4,21 +4,29 @@
     python -m vdl.cluster.admin --node 127.0.0.1:9301 remove-node 4
 
 `--node` is any member's raft address; it passes the command to the metadata group's
-leader. Best effort and asynchronous: the effect shows in Kafka Metadata (replicas, ISR,
-brokers) once applied. Adding a node needs no command: start it with `--join true`.
+leader. A cluster with raft TLS takes admin commands only over TLS from a certificate its
+raft CA signed: add `--raft-tls-cert FILE --raft-tls-key FILE --raft-tls-ca FILE` (an
+operator's certificate needs no particular name; the node must present a node's).
+
+Best effort and asynchronous: the effect shows in Kafka Metadata (replicas, ISR, brokers)
+once applied. Adding a node needs no command: start it with `--join true`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import trio
 
 from vdl.cluster.commands import Command
-from vdl.config import HostPort
+from vdl.config import ConfigError, HostPort
+from vdl.consensus.peer_tls import PeerTls
 from vdl.consensus.transport import send_admin_command
+from vdl.security.tls import TlsConfigError
 
 
 def _command(args: argparse.Namespace) -> Command:
@@ -36,6 +44,9 @@ def _command(args: argparse.Namespace) -> Command:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m vdl.cluster.admin")
     parser.add_argument("--node", required=True, help="a member's raft address, host:port")
+    parser.add_argument("--raft-tls-cert", type=Path, help="certificate for raft TLS")
+    parser.add_argument("--raft-tls-key", type=Path, help="its private key")
+    parser.add_argument("--raft-tls-ca", type=Path, help="the cluster's raft CA")
     actions = parser.add_subparsers(dest="action", required=True)
     remove = actions.add_parser("remove-node", help="take a node out of the cluster")
     remove.add_argument("node_id", type=int)
@@ -44,9 +55,27 @@ def main(argv: Sequence[str] | None = None) -> None:
     move.add_argument("partition", type=int)
     move.add_argument("replicas", help="node ids, comma-separated")
     args = parser.parse_args(argv)
-    node = HostPort.parse(args.node)
+    files = (args.raft_tls_cert, args.raft_tls_key, args.raft_tls_ca)
+    try:
+        node = HostPort.parse(args.node)
+        tls = None
+        if any(path is not None for path in files):
+            if any(path is None for path in files):
+                raise ConfigError("--raft-tls-cert, --raft-tls-key and --raft-tls-ca go together")
+            tls = PeerTls.from_files(*files)
+    except (ConfigError, TlsConfigError) as exc:
+        print(f"vdl.cluster.admin: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     raw = json.dumps(_command(args)).encode()
-    trio.run(send_admin_command, (node.host, node.port), raw)
+
+    async def send() -> None:
+        await send_admin_command((node.host, node.port), raw, tls=tls)
+
+    try:
+        trio.run(send)
+    except OSError as exc:
+        print(f"vdl.cluster.admin: cannot reach {node}: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ Each command travels as the value of a one-record RecordBatch whose base offset 
 entry's raft index (log stores index DATA entries by record offset, and the raft index
 grows with the log). JSON keeps the log readable with ordinary tools.
 
-    {"op": "register", "node": 2, "kafka": "host:port", "grpc": "host:port"}
+    {"op": "register", "node": 2, "kafka": "host:port", "grpc": "host:port", "dc": "eu"}
+      ("dc" is optional: absent in older logs, meaning no data-centre label)
     {"op": "create_topic", "topic": {Topic document}, "replicas": [[1, 2, 3], ...]}
     {"op": "delete_topic", "name": "orders"}
     {"op": "update_topic", "topic": {Topic document}}

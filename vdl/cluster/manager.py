@@ -7,7 +7,9 @@ a partition whose replica list names this node gets a stream, a `StreamReplica` 
 `GroupDriver` in this manager's nursery. Every node registers its Kafka and gRPC
 addresses through group 0 (forwarding the command to its leader when it does not lead),
 and gossips which partition groups it leads (`leader_gossip.py`), so it can name the
-leaders of partitions it does not host.
+leaders of partitions it does not host. A node's `--dc` label is registered with its
+addresses; the leaders of topics with a preferred DC hand leadership to a healthy voter
+there (`placement_leader.py`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import json
 import logging
 import shutil
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,10 +40,12 @@ from vdl.cluster.leader_gossip import (
 from vdl.cluster.metadata import METADATA_GROUP, MetadataState, Placement
 from vdl.cluster.metadata_group import MetadataGroup, ProposalLost
 from vdl.cluster.placement import assign_replicas, default_replication_factor
+from vdl.cluster.placement_leader import LeaderPlacement, preferred_dc
 from vdl.cluster.reconfigure import next_change
 from vdl.consensus.driver import DriverOptions, GroupDriver
 from vdl.consensus.errors import ConsensusError
 from vdl.consensus.hard_state_store import delete_hard_state
+from vdl.consensus.peer_tls import PeerTls
 from vdl.consensus.router import GroupRouter
 from vdl.consensus.snapshot_transfer import delete_snapshot_meta
 from vdl.consensus.stream_replica import StreamReplica, restart_commit_index
@@ -74,6 +78,9 @@ class ClusterSettings:
     log_backend: LogBackend = "segment"
     # Not an initial member: ask the members in `peers` to add this node (README).
     join: bool = False
+    dc: str = ""  # this node's data-centre label, registered with its addresses
+    # Mutual TLS on every raft connection (README "Security"); None: plain TCP.
+    raft_tls: PeerTls | None = None
 
 
 @dataclass(slots=True)
@@ -101,7 +108,11 @@ class ClusterManager:
         self._driver_options = DriverOptions(tick_s=settings.tick_s)
         self.router = GroupRouter()
         self.transport = RaftTransport(
-            settings.node_id, settings.raft_listen, settings.peers, self.router
+            settings.node_id,
+            settings.raft_listen,
+            settings.peers,
+            self.router,
+            tls=settings.raft_tls,
         )
         self.router.on_forward = self._on_forward
         self.router.on_gossip = self._on_gossip
@@ -143,6 +154,7 @@ class ClusterManager:
         self._nursery: trio.Nursery | None = None
         self._addresses: tuple[tuple[str, int], tuple[str, int]] | None = None
         self._requested: set[str] = set()
+        self.placement = LeaderPlacement(self._led_groups, self._dcs)
 
     # ---- running ---------------------------------------------------------------------
 
@@ -155,6 +167,7 @@ class ClusterManager:
                 nursery.start_soon(self._register_loop)
                 nursery.start_soon(self._gossip_loop)
                 nursery.start_soon(self._reconfigure_loop)
+                nursery.start_soon(self.placement.run)
                 if self.settings.join:
                     nursery.start_soon(self._join_loop)
                 task_status.started()
@@ -179,14 +192,16 @@ class ClusterManager:
             if self._addresses is None or me not in self.state.members:
                 continue
             kafka, grpc = self._addresses
+            dc = self.settings.dc
             known = self.state.nodes.get(me)
-            if known is not None and (known.kafka, known.grpc) == (kafka, grpc):
+            if known is not None and (known.kafka, known.grpc, known.dc) == (kafka, grpc, dc):
                 continue
             command: Command = {
                 "op": "register",
                 "node": me,
                 "kafka": f"{kafka[0]}:{kafka[1]}",
                 "grpc": f"{grpc[0]}:{grpc[1]}",
+                "dc": dc,
             }
             await self._submit(command)
 
@@ -273,7 +288,9 @@ class ClusterManager:
             for peer, address in self.settings.peers.items():
                 if peer != me:
                     try:
-                        await send_admin_command(address, command)
+                        await send_admin_command(
+                            address, command, tls=self.settings.raft_tls, node_id=peer
+                        )
                     except OSError:
                         pass
             await trio.sleep(_JOIN_EVERY_S)
@@ -311,6 +328,16 @@ class ClusterManager:
             )
             return
         log.info("group %d: %s node %d", driver.group_id, change.type.name, change.node_id)
+
+    def _led_groups(self) -> Iterator[tuple[GroupDriver, str]]:
+        """The partition groups led here, each with its topic's preferred DC."""
+        for (name, _), hosted in list(self._hosted.items()):
+            topic = self.state.topics.get(name)
+            if topic is not None and hosted.driver.is_leader:
+                yield hosted.driver, preferred_dc(topic)
+
+    def _dcs(self) -> dict[int, str]:
+        return {node: address.dc for node, address in self.state.nodes.items()}
 
     def _replicas_changed(
         self, topic: Topic, partition: int, group_id: int, replicas: tuple[int, ...]

@@ -27,6 +27,7 @@ class NodeAddress:
     node_id: int
     kafka: tuple[str, int]
     grpc: tuple[str, int]
+    dc: str = ""  # the node's --dc label; "" when it has none
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +84,11 @@ class MetadataState:
                 # A removed node still running must not come back as a broker.
                 return Outcome(ErrorCode.INVALID_REQUEST, f"node {node} is not a member")
             self.nodes[node] = NodeAddress(
-                node, _address(command["kafka"]), _address(command["grpc"])
+                node,
+                _address(command["kafka"]),
+                _address(command["grpc"]),
+                # Registrations logged before data-centre labels existed have no "dc".
+                str(command.get("dc", "")),
             )
             return Outcome()
         if op == "create_topic":

@@ -227,6 +227,11 @@ class GroupDriver:
         self.core.campaign()
         self._wakeup.set()
 
+    def transfer_leader(self, target: int) -> None:
+        """Hand leadership to `target` (sent on the loop's next turn, which this wakes)."""
+        self.core.transfer_leader(target)
+        self._wakeup.set()
+
     # ---- views -----------------------------------------------------------------------
 
     @property

@@ -23,6 +23,7 @@ from collections.abc import Callable
 import trio
 
 from vdl.consensus.frames import FrameError, FrameReader, Inbound, encode_hello
+from vdl.consensus.peer_tls import PeerTls, open_raft_stream
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,7 @@ class PeerLink:
         *,
         queue_limit: int = 4096,
         backoff_s: tuple[float, float] = (0.05, 2.0),
+        tls: PeerTls | None = None,
     ) -> None:
         self.node_id = node_id
         self.peer_id = peer_id
@@ -55,6 +57,7 @@ class PeerLink:
         self._backlog = 0
         self._stream: trio.abc.Stream | None = None
         self._backoff = backoff_s
+        self._tls = tls
         self._attached = trio.Event()
         self.dropped = 0
         self.connects = 0
@@ -128,7 +131,7 @@ class PeerLink:
         host, port = self.address
         while True:
             try:
-                stream = await trio.open_tcp_stream(host, port)
+                stream = await open_raft_stream((host, port), self._tls, self.peer_id)
             except OSError:
                 await trio.sleep(delay)
                 delay = min(delay * 2, self._backoff[1])

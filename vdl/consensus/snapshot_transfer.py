@@ -15,7 +15,8 @@ delays, the small raft messages of other groups):
 The entries are read from the leader's closed segments and sent as they are stored (one
 record batch per entry, never re-encoded). The follower gathers them in memory before it
 swaps its log for them, so a snapshot is bounded by memory (a limit worth lifting by
-staging segment files on disk).
+staging segment files on disk). With raft TLS the pull is TLS too, and the leader must
+present its own node's certificate (`peer_tls.py`).
 
 `SnapshotMeta` of the latest snapshot or retention point is kept in the MetaStore so a
 restarted node knows the term and membership at the start of its log.
@@ -34,6 +35,7 @@ from vdl.backends.api import Entry, MetaStore
 from vdl.consensus.frames import FORWARD_GROUP, FrameError, FrameReader, encode_frame
 from vdl.consensus.membership import decode_config, encode_config
 from vdl.consensus.messages import AppendEntries
+from vdl.consensus.peer_tls import PeerTls, open_raft_stream
 from vdl.consensus.state import SnapshotMeta
 
 SNAPSHOT_MAGIC = 0x56444C53  # "VDLS"
@@ -76,10 +78,18 @@ async def serve_snapshot(
         await stream.send_all(encode_frame(group_id, message))
 
 
-async def fetch_snapshot(address: tuple[str, int], group_id: int, upto: int) -> SnapshotData:
-    """Pull the leader's log up to `upto` (inclusive); SnapshotError if it is incomplete."""
+async def fetch_snapshot(
+    address: tuple[str, int],
+    group_id: int,
+    upto: int,
+    *,
+    tls: PeerTls | None = None,
+    node_id: int | None = None,
+) -> SnapshotData:
+    """Pull the leader's log up to `upto` (inclusive) from `address` (node `node_id`'s
+    raft port); SnapshotError if it is incomplete."""
     try:
-        stream = await trio.open_tcp_stream(*address)
+        stream = await open_raft_stream(address, tls, node_id)
     except OSError as exc:
         raise SnapshotError(f"cannot reach the leader: {exc}") from None
     reader = FrameReader()

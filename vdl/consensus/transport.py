@@ -4,6 +4,8 @@
 driver) and runs the raft listener; inbound frames go to the `GroupRouter`. Peers come and
 go with the cluster's membership (`add_peer`, `remove_peer`). A connection whose hello
 names node 0 is an admin client: its forward frames are handed to `GroupRouter.on_admin`.
+With a `PeerTls` every connection, both ways, is mutually authenticated TLS and a hello is
+believed only if the client's certificate names that node (`peer_tls.py`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from vdl.consensus.frames import (
 )
 from vdl.consensus.messages import Message
 from vdl.consensus.peer_link import PeerLink
+from vdl.consensus.peer_tls import PeerTls, open_raft_stream
 from vdl.consensus.router import GroupRouter
 from vdl.consensus.snapshot_transfer import (
     REQUEST,
@@ -53,8 +56,10 @@ class RaftTransport:
         router: GroupRouter,
         *,
         queue_limit: int = 4096,
+        tls: PeerTls | None = None,
     ) -> None:
         self.node_id = node_id
+        self._tls = tls
         self._listen = listen
         self._router = router
         self._queue_limit = queue_limit
@@ -70,7 +75,12 @@ class RaftTransport:
         if peer == self.node_id or peer in self.links:
             return
         link = PeerLink(
-            self.node_id, peer, address, self._router.deliver, queue_limit=self._queue_limit
+            self.node_id,
+            peer,
+            address,
+            self._router.deliver,
+            queue_limit=self._queue_limit,
+            tls=self._tls,
         )
         self.links[peer] = link
         if self._nursery is not None:
@@ -123,9 +133,14 @@ class RaftTransport:
             log.info("raft listener on %s:%d", host, self.port)
             task_status.started(self.port)
 
-    async def _accept(self, stream: trio.SocketStream) -> None:
+    async def _accept(self, tcp: trio.SocketStream) -> None:
+        stream: trio.abc.Stream = tcp
         try:
             with trio.fail_after(_HELLO_TIMEOUT_S):
+                if self._tls is not None:
+                    # Any certificate of the raft CA may pull a snapshot or send admin
+                    # commands; none at all, or another CA's, ends here.
+                    stream = await self._tls.accept(tcp)
                 hello = await _receive_exactly(stream, HELLO.size)
                 if hello[:4] == SNAPSHOT_MAGIC.to_bytes(4, "big"):
                     hello += await _receive_exactly(stream, REQUEST.size - HELLO.size)
@@ -133,6 +148,9 @@ class RaftTransport:
                     return
             peer = decode_hello(hello)
         except (trio.TooSlowError, FrameError, trio.BrokenResourceError, OSError, EOFError):
+            await stream.aclose()
+            return
+        if self._tls is not None and peer != ADMIN_NODE and not self._tls.admits(stream, peer):
             await stream.aclose()
             return
         if peer == ADMIN_NODE:
@@ -145,7 +163,7 @@ class RaftTransport:
             return
         await link.serve_connection(stream)
 
-    async def _serve_snapshot(self, stream: trio.SocketStream, request: bytes) -> None:
+    async def _serve_snapshot(self, stream: trio.abc.Stream, request: bytes) -> None:
         _, group_id, upto = REQUEST.unpack(request)
         source = self._router.snapshot_source(group_id)
         try:
@@ -164,10 +182,10 @@ class RaftTransport:
         if link is None:
             raise SnapshotError(f"no address for node {leader}")
         with trio.move_on_after(_SNAPSHOT_TIMEOUT_S):
-            return await fetch_snapshot(link.address, group_id, upto)
+            return await fetch_snapshot(link.address, group_id, upto, tls=self._tls, node_id=leader)
         raise SnapshotError("the snapshot transfer timed out")
 
-    async def _serve_admin(self, stream: trio.SocketStream) -> None:
+    async def _serve_admin(self, stream: trio.abc.Stream) -> None:
         reader = FrameReader()
         try:
             with trio.move_on_after(_ADMIN_TIMEOUT_S):
@@ -182,17 +200,24 @@ class RaftTransport:
             await stream.aclose()
 
 
-async def send_admin_command(address: tuple[str, int], command: bytes) -> None:
+async def send_admin_command(
+    address: tuple[str, int],
+    command: bytes,
+    *,
+    tls: PeerTls | None = None,
+    node_id: int | None = None,
+) -> None:
     """Hand one metadata command to the node at raft `address` (it passes it on to the
-    metadata group's leader). Best effort: check its effect in the cluster's state."""
-    stream = await trio.open_tcp_stream(*address)
+    metadata group's leader). Best effort: check its effect in the cluster's state. With
+    `tls` the node must present a certificate for `node_id` (None: for any node)."""
+    stream = await open_raft_stream(address, tls, node_id)
     try:
         await stream.send_all(encode_hello(ADMIN_NODE) + encode_forward(command))
     finally:
         await stream.aclose()
 
 
-async def _receive_exactly(stream: trio.SocketStream, n: int) -> bytes:
+async def _receive_exactly(stream: trio.abc.Stream, n: int) -> bytes:
     buf = bytearray()
     while len(buf) < n:
         chunk = await stream.receive_some(n - len(buf))

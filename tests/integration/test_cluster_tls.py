@@ -1,0 +1,274 @@
+"""Three real nodes whose raft connections are mutual TLS (a trustme CA, one certificate per
+node naming it): an acks=all producer keeps every acknowledged message through a leader
+kill, and neither a process without a certificate nor one with another node's certificate
+gets anywhere on a raft port while the cluster carries on."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+import trustme
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from tests.integration.cluster_support import Cluster
+from vdl.consensus.frames import encode_hello
+from vdl.consensus.peer_tls import PeerTls, node_name, open_raft_stream
+
+TOPIC = "tls-replicated"
+
+
+class Pki:
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.directory = directory
+        self.ca = trustme.CA()
+        self.ca_file = directory / "raft-ca.pem"
+        self.ca.cert_pem.write_to_path(str(self.ca_file))
+
+    def files(self, name: str, identity: str) -> tuple[Path, Path]:
+        cert = self.ca.issue_cert(identity)
+        cert_file, key_file = self.directory / f"{name}.pem", self.directory / f"{name}.key"
+        cert.cert_chain_pems[0].write_to_path(str(cert_file))
+        cert.private_key_pem.write_to_path(str(key_file))
+        return cert_file, key_file
+
+    def node_args(self, node_id: int) -> list[str]:
+        cert, key = self.files(f"node{node_id}", node_name(node_id))
+        return [
+            "--raft-tls-cert",
+            str(cert),
+            "--raft-tls-key",
+            str(key),
+            "--raft-tls-ca",
+            str(self.ca_file),
+        ]
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> Pki:
+    return Pki(tmp_path / "pki")
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, pki: Pki) -> Iterator[Cluster]:
+    c = Cluster(tmp_path, node_args=pki.node_args)
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+
+
+def _brokers(bootstrap: str) -> set[int]:
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
+    return set(md.brokers)
+
+
+def _wait(predicate: object, what: str, timeout: float = 30) -> None:
+    assert callable(predicate)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if predicate():
+                return
+        except (KafkaException, KeyError):
+            pass
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+
+
+def _closed_without_answer(sock: socket.socket) -> bool:
+    """The node hangs up having sent at most a TLS alert (a few bytes)."""
+    sock.settimeout(10)
+    got = b""
+    try:
+        while data := sock.recv(65536):
+            got += data
+    except ConnectionResetError:
+        pass
+    return len(got) < 64
+
+
+async def _claim(address: tuple[str, int], tls: PeerTls, dial: int, claim: int) -> bytes:
+    """Dial node `dial` over TLS and say hello as node `claim`; what comes back."""
+    stream = await open_raft_stream(address, tls, dial)
+    try:
+        await stream.send_all(encode_hello(claim))
+        with trio.fail_after(10):
+            return bytes(await stream.receive_some(65536))
+    except trio.BrokenResourceError:
+        return b""
+    finally:
+        await stream.aclose()
+
+
+def _admin(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vdl.cluster.admin",
+            "--node",
+            f"127.0.0.1:{cluster.raft_ports[1]}",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def test_the_raft_port_refuses_strangers_and_the_cluster_carries_on(
+    cluster: Cluster, pki: Pki, tmp_path: Path
+) -> None:
+    cluster.create_topic(TOPIC, 1)
+    cluster.wait_for_leader(TOPIC, 0)
+    _wait(lambda: _brokers(cluster.bootstrap) == {1, 2, 3}, "brokers never registered")
+    # A process without a certificate: plaintext admin command to take node 3 out.
+    done = _admin(cluster, "remove-node", "3")
+    assert done.returncode == 0, done.stderr  # best effort: it cannot tell it was ignored
+    # The same with a certificate from another CA fails at its handshake.
+    other = Pki(tmp_path / "other")
+    cert, key = other.files("ops", "ops.example")
+    flags = ["--raft-tls-cert", str(cert), "--raft-tls-key", str(key)]
+    done = _admin(cluster, *flags, "--raft-tls-ca", str(other.ca_file), "remove-node", "3")
+    assert done.returncode == 1 and "TLS handshake" in done.stderr, done.stderr
+    # Raw plaintext posing as node 1 towards node 3 (which accepts node 1's link).
+    with socket.create_connection(("127.0.0.1", cluster.raft_ports[3]), timeout=10) as sock:
+        sock.sendall(encode_hello(1))
+        assert _closed_without_answer(sock)
+    # The cluster's CA, but node 2's certificate claiming to be node 1.
+    node2 = PeerTls.from_files(*pki.files("node2-copy", node_name(2)), pki.ca_file)
+    address = ("127.0.0.1", cluster.raft_ports[3])
+    assert trio.run(_claim, address, node2, 3, 1) == b""
+    _wait(lambda: "TLS handshake failed" in cluster.nodes[3].log(), "no refusal logged")
+    claim = "claims node 1 with a certificate for vdl-node-2"
+    _wait(lambda: claim in cluster.nodes[3].log(), "no impostor logged")
+    _wait(lambda: "TLS handshake failed" in cluster.nodes[1].log(), "no refusal logged")
+    # Nothing happened: node 3 is still a member, and the cluster takes acks=all writes.
+    time.sleep(1.5)
+    assert _brokers(cluster.bootstrap) == {1, 2, 3}
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(50):
+        producer.produce(TOPIC, value=b"after-%d" % i)
+    assert producer.flush(30) == 0
+    assert all(n.alive() for n in cluster.nodes.values())
+
+
+def test_an_acks_all_producer_survives_a_leader_kill_over_raft_tls(cluster: Cluster) -> None:
+    cluster.create_topic(TOPIC, 1)
+    leader = cluster.wait_for_leader(TOPIC, 0)
+    acked: dict[bytes, int] = {}
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def on_delivery(err: object, msg: object) -> None:
+        with lock:
+            if err is None:
+                acked[msg.value()] = msg.offset()  # type: ignore[attr-defined]
+            else:
+                errors.append(str(err))
+
+    producer = Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "message.timeout.ms": 60000,
+            "topic.metadata.refresh.interval.ms": 1000,
+        }
+    )
+    sent = 0
+
+    def produce(count: int) -> None:
+        nonlocal sent
+        for _ in range(count):
+            value = b"m%06d" % sent
+            sent += 1
+            while True:
+                try:
+                    producer.produce(TOPIC, value=value, on_delivery=on_delivery)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            producer.poll(0)
+            time.sleep(0.001)
+
+    produce(200)
+    assert producer.flush(30) == 0
+    assert len(acked) == 200, errors[:3]
+    produce(100)
+    cluster.nodes[leader].kill()
+    produce(200)
+    new_leader = cluster.wait_for_leader(TOPIC, 0, exclude=leader)
+    produce(100)
+    remaining = producer.flush(60)
+    assert remaining == 0, f"{remaining} unacknowledged; errors {errors[:3]}"
+    assert not errors, errors[:3]
+    assert len(acked) == sent == 600
+    # Every acknowledged message is where it was acknowledged, read from the survivors.
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.alive_bootstrap(),
+            "group.id": "verify",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(TOPIC, 0, 0)])
+        read: dict[int, bytes] = {}
+        deadline = time.monotonic() + 30
+        while len(read) < len(acked) and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                offset, value = msg.offset(), msg.value()
+                assert offset is not None and value is not None
+                read[offset] = value
+    finally:
+        consumer.close()
+    for value, offset in acked.items():
+        assert read.get(offset) == value, (value, offset)
+    assert cluster.nodes[new_leader].alive()
+
+
+def test_unusable_raft_tls_files_stop_the_node_with_one_line(pki: Pki, tmp_path: Path) -> None:
+    args = pki.node_args(2)  # node 2's certificate, given to node 1
+    cert_at = args.index("--raft-tls-cert") + 1
+    missing = list(args)
+    missing[cert_at] = str(tmp_path / "missing.pem")
+    peers = ["--peers", "1=127.0.0.1:1,2=127.0.0.1:2"]
+    cases = [
+        (peers + args, "not this node (it needs the subjectAltName DNS:vdl-node-1)"),
+        (peers + missing, "does not exist"),
+        (peers + args[:4], "must be given together"),
+        (args, "raft-tls-cert needs peers"),
+    ]
+    for flags, needle in cases:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "vdl.node",
+                "--data-dir",
+                str(tmp_path / "data"),
+                "--node-id",
+                "1",
+                *flags,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 2, done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and needle in lines[0], lines
