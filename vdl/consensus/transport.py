@@ -135,6 +135,7 @@ class RaftTransport:
 
     async def _accept(self, tcp: trio.SocketStream) -> None:
         stream: trio.abc.Stream = tcp
+        snapshot_request: bytes | None = None
         try:
             with trio.fail_after(_HELLO_TIMEOUT_S):
                 if self._tls is not None:
@@ -144,11 +145,15 @@ class RaftTransport:
                 hello = await _receive_exactly(stream, HELLO.size)
                 if hello[:4] == SNAPSHOT_MAGIC.to_bytes(4, "big"):
                     hello += await _receive_exactly(stream, REQUEST.size - HELLO.size)
-                    await self._serve_snapshot(stream, hello)
-                    return
-            peer = decode_hello(hello)
+                    snapshot_request = hello
+            if snapshot_request is None:
+                peer = decode_hello(hello)
         except (trio.TooSlowError, FrameError, trio.BrokenResourceError, OSError, EOFError):
             await stream.aclose()
+            return
+        if snapshot_request is not None:
+            # Outside the hello's deadline: serving a snapshot has its own, much longer one.
+            await self._serve_snapshot(stream, snapshot_request)
             return
         if self._tls is not None and peer != ADMIN_NODE and not self._tls.admits(stream, peer):
             await stream.aclose()
