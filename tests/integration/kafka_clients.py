@@ -109,9 +109,7 @@ def confluent_consume_all(
 
 
 def kafka_python_consumer(bootstrap: str) -> KafkaConsumer:
-    return KafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False
-    )
+    return KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
 
 
 def kafka_python_consume_all(

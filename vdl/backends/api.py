@@ -136,9 +136,7 @@ class LogStore(Protocol):
         entry after it if `offset` falls in a gap; None if no such entry is stored."""
         ...
 
-    def read_batches(
-        self, offset: int, max_bytes: int, max_index: int
-    ) -> list[Buffer]:
+    def read_batches(self, offset: int, max_bytes: int, max_index: int) -> list[Buffer]:
         """Record batches from the one holding `offset`, in order, up to Raft index
         `max_index` (the commit point). The first batch is returned whatever its size; later
         ones only while the total stays within max_bytes. Whole batches only."""
@@ -186,9 +184,7 @@ class MetaStore(Protocol):
 
     def delete(self, key: bytes) -> None: ...
 
-    def write_batch(
-        self, puts: dict[bytes, bytes], deletes: Sequence[bytes] = ()
-    ) -> None:
+    def write_batch(self, puts: dict[bytes, bytes], deletes: Sequence[bytes] = ()) -> None:
         """Apply all puts and deletes atomically."""
         ...
 

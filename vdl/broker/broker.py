@@ -218,9 +218,7 @@ class Broker:
         for partition in range(topic.partitions):
             stream = self._streams.pop((name, partition))
             await stream.close()
-            await trio.to_thread.run_sync(
-                shutil.rmtree, self._stream_dir(name, partition), True
-            )
+            await trio.to_thread.run_sync(shutil.rmtree, self._stream_dir(name, partition), True)
         log.info("deleted topic %s", name)
 
     def leader_stream(self, topic: str, partition: int) -> LogStream:

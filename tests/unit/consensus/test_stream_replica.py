@@ -31,9 +31,7 @@ def clock() -> trio.testing.MockClock:
 
 
 class Replica:
-    def __init__(
-        self, node_id: int, root: Path, net: MemoryNet, raft: RaftOptions = RAFT
-    ) -> None:
+    def __init__(self, node_id: int, root: Path, net: MemoryNet, raft: RaftOptions = RAFT) -> None:
         self.node_id = node_id
         self.dir = root / f"n{node_id}"
         self.net = net

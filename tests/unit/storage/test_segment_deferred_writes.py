@@ -214,7 +214,11 @@ def test_short_gathered_writes_are_resumed(tmp_path: Path, monkeypatch: pytest.M
 
     monkeypatch.setattr(os, "pwritev", at_most_7)
     parts: list[Buffer] = [
-        b"header", bytearray(b"x" * 20), memoryview(b"0123456789")[2:], b"", b"end"
+        b"header",
+        bytearray(b"x" * 20),
+        memoryview(b"0123456789")[2:],
+        b"",
+        b"end",
     ]
     fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT, 0o644)
     try:

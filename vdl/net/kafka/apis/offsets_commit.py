@@ -109,11 +109,7 @@ def handle_offset_fetch(ctx: RequestContext) -> Pending:
     by_topic: dict[str, list[Any]] = {}
     top_error = ErrorCode.NONE
     if groups is None or not ctx.may_group(Operation.DESCRIBE, request.group_id):
-        top_error = (
-            unavailable(ctx)
-            if groups is None
-            else ErrorCode.GROUP_AUTHORIZATION_FAILED
-        )
+        top_error = unavailable(ctx) if groups is None else ErrorCode.GROUP_AUTHORIZATION_FAILED
         for topic, partition in wanted or []:
             by_topic.setdefault(topic, []).append(
                 _FetchPartition(
