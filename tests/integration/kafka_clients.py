@@ -6,7 +6,7 @@ import time
 from collections import defaultdict
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTopicPartition
 from kafka.admin import NewTopic as KNewTopic
@@ -98,7 +98,9 @@ def confluent_consume_all(
             batch = consumer.consume(num_messages=1000, timeout=0.5)
             for msg in batch:
                 assert msg.error() is None, msg.error()
-                out.append((msg.partition(), msg.offset(), msg.key(), msg.value()))
+                partition, offset = msg.partition(), msg.offset()
+                assert partition is not None and offset is not None
+                out.append((partition, offset, msg.key(), msg.value()))
             if batch:
                 last_message = time.monotonic()
             elif idle is not None and time.monotonic() - last_message > idle:

@@ -95,7 +95,7 @@ def test_unknown_api_versions_version_gets_fallback(node: NodeProcess) -> None:
 def test_oversized_batch_is_refused_with_message_too_large(node: NodeProcess) -> None:
     from confluent_kafka import KafkaError, Producer
 
-    errors: list[KafkaError] = []
+    errors: list[KafkaError | None] = []
     producer = Producer(
         {
             "bootstrap.servers": node.bootstrap,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 from kafka import TopicPartition as KTopicPartition
 
 from tests.integration.kafka_clients import (
@@ -96,7 +96,7 @@ def test_list_offsets_by_timestamp(node: NodeProcess) -> None:
 
 def test_admin_describe_and_delete(node: NodeProcess) -> None:
     admin = AdminClient({"bootstrap.servers": node.bootstrap})
-    from confluent_kafka.admin import NewTopic
+    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
     futures = admin.create_topics(
         [NewTopic("configured", num_partitions=2, config={"retention.ms": "3600000"})]

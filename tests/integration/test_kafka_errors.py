@@ -50,7 +50,7 @@ def test_unknown_topic_without_auto_create(tmp_path: Path) -> None:
     from confluent_kafka import KafkaError, Producer
 
     with NodeProcess(tmp_path / "data", "--auto-create-topics", "false") as node:
-        errors: list[KafkaError] = []
+        errors: list[KafkaError | None] = []
         producer = Producer({"bootstrap.servers": node.bootstrap, "message.timeout.ms": 3000})
         producer.produce("missing", b"x", on_delivery=lambda err, msg: errors.append(err))
         producer.flush(20)
@@ -103,7 +103,7 @@ def _batch() -> bytearray:
         batch_size=1 << 20,
     )
     builder.append(0, timestamp=1000, key=None, value=b"hello", headers=[])
-    return builder.build()
+    return bytearray(builder.build())
 
 
 def test_corrupt_batch_is_answered_with_corrupt_message(node: NodeProcess) -> None:

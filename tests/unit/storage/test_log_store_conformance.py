@@ -15,6 +15,7 @@ from tests.unit.storage.log_helpers import (
     same_entries,
 )
 from vdl.backends.api import (
+    Buffer,
     Entry,
     EntryType,
     LogRetention,
@@ -29,7 +30,7 @@ SMALL_SEGMENTS = LogStoreOptions(segment_bytes=2_000, cache_bytes=1_000)
 NOW_MS = 10_000_000
 
 
-def payloads(batches: list[bytes | memoryview]) -> list[bytes]:
+def payloads(batches: list[Buffer]) -> list[bytes]:
     return [bytes(b) for b in batches]
 
 
