@@ -30,6 +30,7 @@ from vdl.client.connection import DEFAULT_DATABASE, DEFAULT_ENDPOINT, Endpoint
 from vdl.client.errors import YdbStatusError
 from vdl.net.ydb.acl_admin import ENVELOPE as ACL_ENVELOPE
 from vdl.net.ydb.acl_admin import SERVICE as ACL_SERVICE
+from vdl.net.ydb.user_admin import SERVICE as USER_SERVICE
 from vdl.security.acl import CLUSTER_NAME, AclEntry, AclError, Operation, normalize_principal
 from vdl.security.commands import (
     read_new_password,
@@ -38,7 +39,7 @@ from vdl.security.commands import (
     user_passwd,
     user_remove,
 )
-from vdl.security.users import UsersFileError
+from vdl.security.users import User, UsersFileError, new_user
 
 EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 1, 2, 3, 130
 _CHUNK = 1 << 20
@@ -300,7 +301,7 @@ async def cluster_status(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
-# -- security: users (offline, on the users file) and ACLs (through the node) ---------------
+# -- security: users (on the users file, or through the node) and ACLs (through the node) ---
 
 
 def run_user_command(args: argparse.Namespace) -> int:
@@ -319,6 +320,43 @@ def run_user_command(args: argparse.Namespace) -> int:
     except UsersFileError as exc:
         print(f"vdl: {exc}", file=sys.stderr)
         return EXIT_FAILED
+
+
+def _new_credentials(args: argparse.Namespace) -> User:
+    # Hashed here, on the client: only the pbkdf2 hash and SCRAM keys reach the node.
+    try:
+        return new_user(args.name, read_new_password(args.password_stdin))
+    except UsersFileError as exc:
+        raise UsageError(str(exc)) from None
+
+
+async def user_online(client: Client, args: argparse.Namespace) -> int:
+    """`vdl user ... --endpoint`: the node's replicated user table (every node on a cluster)."""
+    request = Struct()
+    if args.user_command == "list":
+        result = await _user_call(client, "ListUsers", request)
+        for name in result["names"] if result is not None else []:
+            print(name)
+        return 0
+    if args.user_command == "remove":
+        request.update({"name": args.name})
+        await _user_call(client, "RemoveUser", request)
+        print(f"removed user {args.name}")
+        return 0
+    # A thread: the prompt blocks, and the key derivations take a while.
+    user = await trio.to_thread.run_sync(_new_credentials, args)
+    request.update({"user": user.line()})
+    if args.user_command == "add":
+        await _user_call(client, "AddUser", request)
+        print(f"added user {args.name}")
+    else:
+        await _user_call(client, "ChangePassword", request)
+        print(f"changed the password of {args.name}")
+    return 0
+
+
+async def _user_call(client: Client, method: str, request: Struct) -> Any:
+    return await client.connection.unary(USER_SERVICE + method, request, ACL_ENVELOPE, Struct)
 
 
 def _acl_entry(args: argparse.Namespace) -> dict[str, str]:
@@ -371,7 +409,9 @@ async def acl_list(client: Client, args: argparse.Namespace) -> int:
 
 
 def _security_commands(commands: Any, common: argparse.ArgumentParser) -> None:
-    user = commands.add_parser("user", help="add, remove, passwd users (edits the users file)")
+    user = commands.add_parser(
+        "user", help="add, remove, passwd users (the users file, or the cluster's users)"
+    )
     users = user.add_subparsers(dest="user_command", required=True, metavar="ACTION")
     for action, text in (
         ("add", "add a user"),
@@ -379,15 +419,19 @@ def _security_commands(commands: Any, common: argparse.ArgumentParser) -> None:
         ("remove", "remove a user"),
         ("list", "user names"),
     ):
-        sub = users.add_parser(action, help=text)
-        sub.add_argument("--users-file", type=Path, required=True, help="the node's users file")
+        sub = users.add_parser(action, parents=[common], help=text)
+        sub.add_argument(
+            "--users-file",
+            type=Path,
+            help="edit this users file offline (else: through the node at --endpoint)",
+        )
         if action != "list":
             sub.add_argument("name")
         if action in ("add", "passwd"):
             sub.add_argument(
                 "--password-stdin", action="store_true", help="read the password from stdin"
             )
-        sub.set_defaults(parser=sub, offline=True)
+        sub.set_defaults(parser=sub, run=user_online)
     acl = commands.add_parser("acl", help="add, remove, list ACLs (through the node)")
     acls = acl.add_subparsers(dest="acl_command", required=True, metavar="ACTION")
     for action, text in (("add", "grant (or --deny) an operation"), ("remove", "drop an entry")):
@@ -505,8 +549,14 @@ async def _run(command: Command, args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if getattr(args, "offline", False):
-        raise SystemExit(run_user_command(args))
+    if args.command == "user":
+        # Offline with a file; through a node only when asked: no silent default endpoint.
+        if args.users_file is not None:
+            if hasattr(args, "endpoint"):
+                args.parser.error("give --users-file or --endpoint, not both")
+            raise SystemExit(run_user_command(args))
+        if not hasattr(args, "endpoint") and "VDL_ENDPOINT" not in os.environ:
+            args.parser.error("give --users-file FILE or --endpoint grpc[s]://HOST:PORT")
     env = os.environ
     defaults = {
         "endpoint": env.get("VDL_ENDPOINT", DEFAULT_ENDPOINT),

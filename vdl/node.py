@@ -29,6 +29,7 @@ from vdl.cluster.front_ends import ClusterFrontEnds
 from vdl.cluster.manager import ClusterManager, ClusterSettings
 from vdl.cluster.memory_meta import MemoryMetaStore
 from vdl.cluster.offset_commands import ReplicatedOffsets
+from vdl.cluster.user_commands import ReplicatedUsers
 from vdl.config import ConfigError, HostPort, NodeConfig, load_config
 from vdl.consensus.peer_tls import PeerTls
 from vdl.groups.coordinator import GroupConfig
@@ -43,6 +44,7 @@ from vdl.security.acl_store import AclStore
 from vdl.security.service import Security
 from vdl.security.throttle import LoginThrottle
 from vdl.security.tls import TlsConfigError, server_context
+from vdl.security.user_table import UserTable
 from vdl.security.users import UsersFileError, UserStore
 
 log = logging.getLogger("vdl.node")
@@ -121,6 +123,10 @@ class Node:
         config.data_dir.mkdir(parents=True, exist_ok=True)
         meta = open_meta_store(config.data_dir / "meta")
         try:
+            # Users added online (`vdl user ... --endpoint`) override the users file.
+            user_table = UserTable(meta)
+            if self._users is not None:
+                self._users.table = user_table
             self._security = Security(
                 users=self._users,
                 # Durable in this node's MetaStore; authorization is on with authentication.
@@ -184,6 +190,8 @@ class Node:
                 # without users still records them, for when it gets a users file.
                 acls = self._security.acls or AclStore(meta, config.superusers, enabled=False)
                 ReplicatedAcls(meta, acls).register(self._cluster.state)
+                # Users likewise, so one `vdl user add` lets the user in on every node.
+                ReplicatedUsers(meta, user_table).register(self._cluster.state)
             try:
                 await self._serve(broker, flusher, cluster_id.decode(), task_status)
             finally:

@@ -21,11 +21,13 @@ from vdl.cluster.forwarding import CommandForwarder, CommandTimeout
 from vdl.cluster.manager import ClusterManager
 from vdl.cluster.offset_commands import COMMIT_OFFSETS, offsets_command
 from vdl.cluster.placement import assign_replicas, default_replication_factor
+from vdl.cluster.user_commands import USER_OPS, user_put_command, user_remove_command
 from vdl.consensus.errors import ConsensusError
 from vdl.groups.offsets import CommittedOffset, TopicPartition
 from vdl.log.error_codes import ErrorCode
 from vdl.net.ydb.cluster import GrpcNode
 from vdl.security.acl import AclEntry
+from vdl.security.users import User
 
 _ALIVE_S = 2.0
 # Commands other nodes may forward for the YDB front end; all are harmless to repeat.
@@ -39,6 +41,7 @@ class ClusterFrontEnds:
         manager.forwardable.update(TOPIC_OPS)
         manager.forwardable.add(COMMIT_OFFSETS)
         manager.forwardable.update(ACL_OPS)
+        manager.forwardable.update(USER_OPS)
 
     @property
     def node_id(self) -> int:
@@ -98,3 +101,9 @@ class ClusterFrontEnds:
 
     async def change_acl(self, op: str, entry: AclEntry) -> None:
         await self.run(acl_command(op, entry))
+
+    async def put_user(self, user: User) -> None:
+        await self.run(user_put_command(user))
+
+    async def remove_user(self, name: str) -> None:
+        await self.run(user_remove_command(name))

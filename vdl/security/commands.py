@@ -1,7 +1,8 @@
 """``vdl user add|remove|passwd``: edit a node's users file in place (no node needed).
 
 The node re-reads the file within a second of a change, so edits apply to a running node.
-On a cluster every node has its own users file: copy the file to each node (see README).
+Every node has its own users file; users shared by a cluster are managed online instead
+(`vdl user ... --endpoint`, `vdl.net.ydb.user_admin`), which overrides the files.
 Passwords come from a prompt, or from stdin with ``--password-stdin`` (for scripts); they
 are hashed here and never written anywhere.
 """

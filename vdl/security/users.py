@@ -26,8 +26,12 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vdl.security.scram import HASHES, ScramCredential, make_credential
+
+if TYPE_CHECKING:
+    from vdl.security.user_table import UserTable
 
 PBKDF2 = "pbkdf2_sha256"
 PBKDF2_ITERATIONS = 100_000
@@ -154,7 +158,8 @@ def write_users_file(path: Path, users: Iterable[User]) -> None:
 
 
 class UserStore:
-    """The users of a node: from a file (re-read on change) or a fixed mapping (tests)."""
+    """The users of a node: from a file (re-read on change) or a fixed mapping (tests),
+    overridden by the replicated table (`vdl user ... --endpoint`) when ``table`` is set."""
 
     def __init__(
         self,
@@ -163,6 +168,7 @@ class UserStore:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._users = dict(users)
+        self.table: UserTable | None = None
         self._path = path
         self._clock = clock
         self._checked = clock()
@@ -203,10 +209,16 @@ class UserStore:
 
     def names(self) -> list[str]:
         self._refresh()
-        return sorted(self._users)
+        if self.table is None:
+            return sorted(self._users)
+        return sorted((set(self._users) - self.table.removed()) | self.table.names())
 
     def get(self, name: str) -> User | None:
         self._refresh()
+        if self.table is not None:
+            known, user = self.table.lookup(name)
+            if known:
+                return user
         return self._users.get(name)
 
     def __contains__(self, name: object) -> bool:

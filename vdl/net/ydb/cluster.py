@@ -27,6 +27,7 @@ from typing import Protocol
 from vdl.broker.topics import Topic
 from vdl.groups.offsets import CommittedOffset, TopicPartition
 from vdl.security.acl import AclEntry
+from vdl.security.users import User
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,3 +66,9 @@ class YdbCluster(Protocol):
     async def change_acl(self, op: str, entry: AclEntry) -> None:
         """``op`` is "acl_add" or "acl_remove" (`vdl.cluster.acl_commands`)."""
         ...
+
+    async def put_user(self, user: User) -> None:
+        """Add a user or replace its credentials (`vdl.cluster.user_commands`)."""
+        ...
+
+    async def remove_user(self, name: str) -> None: ...

@@ -16,7 +16,7 @@ from vdl.backends.api import MetaStore
 from vdl.broker.broker import Broker
 from vdl.groups.offsets import OffsetStore
 from vdl.net.grpc import GrpcServer, ServerContext, ServerStream
-from vdl.net.ydb import acl_admin
+from vdl.net.ydb import acl_admin, user_admin
 from vdl.net.ydb.access import filter_listing, guarded
 from vdl.net.ydb.auth import TOKEN_LIFETIME_MS, Authenticator, TokenSigner, UsersArg
 from vdl.net.ydb.cluster import YdbCluster
@@ -190,6 +190,7 @@ class YdbFrontEnd:
             checked = guarded(method, handler, self.auth, self.database)
             add(ydb_topic_v1_pb2, "TopicService", method, request, response, checked)
         acl_admin.register(server, self.auth, self.auth.security.acls, self._cluster)
+        user_admin.register(server, self.auth, self._cluster)
         server.add_stream(
             method_path(ydb_topic_v1_pb2, "TopicService", "StreamWrite"), self._stream_write
         )

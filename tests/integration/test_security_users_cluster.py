@@ -1,0 +1,172 @@
+"""Users on a three-node cluster: `vdl user add --endpoint` through one node lets the user
+in on every node (Kafka SCRAM and YDB Login), and `vdl user remove` through another locks
+them out everywhere (user changes are metadata-group commands). The new user is in no
+node's users file, and their password is in no log or data file."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+from tests.integration.cluster_support import Cluster
+from tests.integration.node_process import NodeProcess
+from tests.integration.security_support import PASSWORDS, add_users
+
+TIMEOUT = 60
+NEW_USER, NEW_PASSWORD = "dave", "dave-Pw-7c2n"
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    users = tmp_path / "users"
+    add_users(users)
+    c = Cluster(
+        tmp_path,
+        "--users",
+        str(users),
+        "--superusers",
+        "admin",
+        "--kafka-sasl-mechanisms",
+        "SCRAM-SHA-256,SCRAM-SHA-512",
+        # The refusals this test waits for must not throttle the admin's logins.
+        "--login-max-failures",
+        "1000",
+    )
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+
+
+def vdl(
+    cluster: Cluster, node: int, *args: str, user: str = "admin", stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
+    password = PASSWORDS.get(user, NEW_PASSWORD)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vdl.cli",
+            *args,
+            "--endpoint",
+            f"grpc://{cluster.nodes[node].grpc_address}",
+            "--user",
+            user,
+        ],
+        # Through the environment, as a script would: not in the node's view anyway.
+        env={**os.environ, "VDL_PASSWORD": password},
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def until_ok(action: Callable[[], subprocess.CompletedProcess[str]]) -> None:
+    """The metadata group may still be electing its first leader."""
+    deadline = time.monotonic() + TIMEOUT
+    while (done := action()).returncode != 0:
+        assert time.monotonic() < deadline, done.stderr
+        time.sleep(0.5)
+
+
+def scram_ok(cluster: Cluster, node: int, mechanism: str) -> bool:
+    config: dict[str, Any] = {
+        "bootstrap.servers": cluster.nodes[node].bootstrap,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanisms": mechanism,
+        "sasl.username": NEW_USER,
+        "sasl.password": NEW_PASSWORD,
+        "error_cb": lambda err: None,  # an authentication failure is expected later
+    }
+    try:
+        AdminClient(config).list_topics(timeout=5)
+    except KafkaException:
+        return False
+    return True
+
+
+def ydb_login_ok(cluster: Cluster, node: int) -> bool:
+    # Any call logs in first; listing topics needs no ACL (unlisted ones are left out).
+    return vdl(cluster, node, "topic", "list", user=NEW_USER).returncode == 0
+
+
+def wait_for(check: Callable[[], bool], expected: bool, what: str) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while check() != expected:
+        assert time.monotonic() < deadline, f"{what} never became {expected}"
+        time.sleep(0.3)
+
+
+def test_a_user_added_through_one_node_logs_in_on_the_others(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    until_ok(
+        lambda: vdl(
+            cluster, 1, "user", "add", NEW_USER, "--password-stdin", stdin=NEW_PASSWORD + "\n"
+        )
+    )
+    listed = vdl(cluster, 3, "user", "list")
+    assert listed.returncode == 0 and NEW_USER in listed.stdout.split(), listed
+    again = vdl(cluster, 2, "user", "add", NEW_USER, "--password-stdin", stdin=NEW_PASSWORD + "\n")
+    assert again.returncode != 0 and "already exists" in again.stderr, again
+
+    wait_for(lambda: scram_ok(cluster, 3, "SCRAM-SHA-256"), True, "SCRAM-SHA-256 on node 3")
+    assert scram_ok(cluster, 3, "SCRAM-SHA-512")
+    wait_for(lambda: ydb_login_ok(cluster, 2), True, "YDB login on node 2")
+
+    # Only a superuser (or alter on the cluster) may manage users.
+    refused = vdl(cluster, 2, "user", "remove", "alice", user="alice")
+    assert refused.returncode != 0 and "may not alter" in refused.stderr, refused
+
+    until_ok(lambda: vdl(cluster, 2, "user", "remove", NEW_USER))
+    wait_for(lambda: ydb_login_ok(cluster, 1), False, "YDB login on node 1")
+    assert not scram_ok(cluster, 1, "SCRAM-SHA-256")
+
+    # A restart replays the metadata log: the removed user must not come back.
+    cluster.nodes[3].stop(30)
+    cluster.nodes[3].start()
+    assert not scram_ok(cluster, 3, "SCRAM-SHA-256")
+
+    # The password was hashed by the CLI: no node wrote it anywhere (logs included).
+    for path in (p for p in tmp_path.rglob("*") if p.is_file()):
+        assert NEW_PASSWORD.encode() not in path.read_bytes(), f"password found in {path}"
+    assert NEW_USER not in (tmp_path / "users").read_text()
+
+
+def test_on_one_node_users_go_into_its_table(tmp_path: Path) -> None:
+    users = tmp_path / "users"
+    add_users(users)
+    node = NodeProcess(tmp_path / "data", "--users", str(users), "--superusers", "admin")
+    with node:
+        endpoint = f"grpc://{node.grpc_address}"
+
+        def run(*args: str, user: str = "admin") -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-m", "vdl.cli", *args, "--endpoint", endpoint, "--user", user],
+                env={**os.environ, "VDL_PASSWORD": PASSWORDS.get(user, NEW_PASSWORD)},
+                input=NEW_PASSWORD + "\n",
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+
+        added = run("user", "add", NEW_USER, "--password-stdin")
+        assert added.returncode == 0, added.stderr
+        assert run("topic", "list", user=NEW_USER).returncode == 0
+        changed = run("user", "passwd", NEW_USER, "--password-stdin")
+        assert changed.returncode == 0, changed.stderr
+        assert run("user", "remove", NEW_USER).returncode == 0
+        assert run("topic", "list", user=NEW_USER).returncode != 0
+        missing = run("user", "remove", NEW_USER)
+        assert missing.returncode != 0 and "no user" in missing.stderr, missing
