@@ -24,15 +24,10 @@ from h2.errors import ErrorCodes
 
 from . import events as ev
 from .connection import GrpcConnection, GrpcSettings, StreamGoneError
-from .driver import (
-    PLAIN_READ_SIZE,
-    TLS_READ_SIZE,
-    CallIO,
-    ConnectionDriver,
-    unwrap_single_exception,
-)
+from .driver import READ_SIZE, CallIO, ConnectionDriver, unwrap_single_exception
 from .metadata import Metadata, MetadataLike
 from .status import GrpcError, StatusCode
+from .tls_stream import TlsStream
 
 
 class ClientStream(CallIO):
@@ -191,22 +186,23 @@ class GrpcChannel:
     ) -> AsyncIterator[GrpcChannel]:
         """Open a TCP (and with ``ssl_context``, TLS + ALPN h2) connection."""
         stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
-        read_size = PLAIN_READ_SIZE
         if ssl_context is not None:
-            tls = trio.SSLStream(stream, ssl_context, server_hostname=server_hostname or host)
+            tls = TlsStream(
+                stream, ssl_context, server_side=False, server_hostname=server_hostname or host
+            )
             try:
                 await tls.do_handshake()
             except BaseException:
-                await trio.aclose_forcefully(stream)
+                await trio.aclose_forcefully(tls)
                 raise
             if tls.selected_alpn_protocol() != "h2":
                 await trio.aclose_forcefully(tls)
                 raise GrpcError(StatusCode.UNAVAILABLE, "server did not negotiate ALPN h2")
-            stream, read_size = tls, TLS_READ_SIZE
+            stream = tls
         authority = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
         scheme = "https" if ssl_context is not None else "http"
         async with cls.over_stream(
-            stream, authority=authority, scheme=scheme, settings=settings, read_size=read_size
+            stream, authority=authority, scheme=scheme, settings=settings
         ) as channel:
             yield channel
 
@@ -219,7 +215,7 @@ class GrpcChannel:
         authority: str = "localhost",
         scheme: str = "http",
         settings: GrpcSettings | None = None,
-        read_size: int = PLAIN_READ_SIZE,
+        read_size: int = READ_SIZE,
     ) -> AsyncIterator[GrpcChannel]:
         """A channel over an already-open byte stream (memory streams in tests)."""
         conn = GrpcConnection(client_side=True, settings=settings)

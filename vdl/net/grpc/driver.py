@@ -23,10 +23,9 @@ from .status import GrpcError, StatusCode
 
 logger = logging.getLogger("vdl.net.grpc")
 
-# A TLS read returns at most one record (<= 16 KiB) but SSLObject.read allocates the whole
-# requested size each time, so asking for more only costs allocation.
-TLS_READ_SIZE = 16 * 1024
-PLAIN_READ_SIZE = 256 * 1024
+# Bytes handed to h2 per receive_data call, plaintext or TLS: our TLS stream returns all
+# the records one socket read brought, so both transports batch the same way.
+READ_SIZE = 256 * 1024
 
 
 @contextmanager

@@ -19,9 +19,10 @@ import trio
 
 from . import events as ev
 from .connection import GrpcConnection, GrpcSettings
-from .driver import PLAIN_READ_SIZE, TLS_READ_SIZE, CallIO, ConnectionDriver
+from .driver import READ_SIZE, CallIO, ConnectionDriver
 from .metadata import Metadata, MetadataLike
 from .status import GrpcError, StatusCode
+from .tls_stream import TlsStream
 
 logger = logging.getLogger("vdl.net.grpc")
 
@@ -126,13 +127,11 @@ class _ServerCall(CallIO):
 
 
 class _ServerConnection(ConnectionDriver):
-    def __init__(
-        self, server: GrpcServer, transport: trio.abc.Stream, peer: str, read_size: int
-    ) -> None:
+    def __init__(self, server: GrpcServer, transport: trio.abc.Stream, peer: str) -> None:
         super().__init__(
             transport,
             GrpcConnection(client_side=False, settings=server.settings),
-            read_size=read_size,
+            read_size=READ_SIZE,
         )
         self.server = server
         self.peer = peer
@@ -347,27 +346,26 @@ class GrpcServer:
         if peer is None:
             peer = _peer_name(stream)
         transport: trio.abc.Stream = stream
-        read_size = PLAIN_READ_SIZE
         if self.ssl_context is not None:
-            tls = trio.SSLStream(stream, self.ssl_context, server_side=True)
+            tls = TlsStream(stream, self.ssl_context, server_side=True)
             with trio.move_on_after(_TLS_HANDSHAKE_TIMEOUT) as handshake:
                 try:
                     await tls.do_handshake()
                 except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                     logger.info("TLS handshake with %s failed: %s", peer, exc)
-                    await trio.aclose_forcefully(stream)
+                    await trio.aclose_forcefully(tls)
                     return
             if handshake.cancelled_caught:
                 logger.info("TLS handshake with %s timed out", peer)
-                await trio.aclose_forcefully(stream)
+                await trio.aclose_forcefully(tls)
                 return
             alpn = tls.selected_alpn_protocol()
             if alpn not in (None, "h2"):
                 logger.info("peer %s negotiated ALPN %r, not h2", peer, alpn)
                 await trio.aclose_forcefully(tls)
                 return
-            transport, read_size = tls, TLS_READ_SIZE
-        connection = _ServerConnection(self, transport, peer, read_size)
+            transport = tls
+        connection = _ServerConnection(self, transport, peer)
         self._connections.add(connection)
         try:
             if self._shutting_down:
@@ -396,7 +394,7 @@ class GrpcServer:
 def _peer_name(stream: trio.abc.Stream) -> str:
     """gRPC-style peer string (``ipv4:127.0.0.1:5000``) for a socket stream."""
     inner: object = stream
-    while isinstance(inner, trio.SSLStream):
+    while isinstance(inner, TlsStream | trio.SSLStream):
         inner = inner.transport_stream
     if isinstance(inner, trio.SocketStream):
         try:
