@@ -42,25 +42,3 @@ class StateMachine(Protocol):
         """The log was replaced by a snapshot: the store holds the leader's log up to
         `index`, all of it committed, and nothing else."""
         ...
-
-
-class NullMachine:
-    """A machine that ignores everything (tests, groups whose log is the product)."""
-
-    def on_written(self, entries: Sequence[Entry]) -> None:
-        pass
-
-    def on_truncated(self, from_index: int) -> None:
-        pass
-
-    def apply(self, entries: Sequence[Entry]) -> None:
-        pass
-
-    def on_role_change(self, leader_id: int, term: int, is_leader: bool) -> None:
-        pass
-
-    def on_persisted(self, index: int) -> None:
-        pass
-
-    def on_restored(self, index: int) -> None:
-        pass

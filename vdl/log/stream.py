@@ -191,7 +191,10 @@ class LogStream:
             timestamp,
             now,
         )
-        self._flusher.mark_dirty(self)
+        if not self._replicated:
+            # Under Raft the group's driver flushes the store (and ignores this stream's
+            # on_durable), so marking it here would only cost a flusher round trip.
+            self._flusher.mark_dirty(self)
         return Appended(base, last, timestamp, False)
 
     def on_durable(self, index: int) -> None:

@@ -33,7 +33,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from vdl.log.record_batch import DecodedRecord, Record, iter_records
+from vdl.log.record_batch import (
+    COMPRESSION_NONE,
+    DecodedRecord,
+    InvalidBatch,
+    Record,
+    UnsupportedCodec,
+    iter_records,
+    parse_batch_header,
+)
 
 RESERVED_PREFIX = "__ydb."
 SEQ_NO = "__ydb.seq_no"
@@ -155,9 +163,20 @@ class YdbProducerTable:
             self._producers[producer_id] = ProducerSeq(seq_no, offset)
 
     def scan(self, batches: Iterable[bytes | bytearray | memoryview]) -> None:
-        """Fold stored batches (in log order) into the table."""
+        """Fold stored batches (in log order) into the table.
+
+        YDB writes are always stored uncompressed, so a compressed batch (a Kafka client's)
+        carries no YDB producer and is skipped without decoding; a batch whose records do
+        not decode is skipped too: a Kafka client's bad batch must not stop a replica.
+        """
         for batch in batches:
-            for record in iter_records(batch):
+            if parse_batch_header(batch).compression != COMPRESSION_NONE:
+                continue
+            try:
+                records = list(iter_records(batch))
+            except (InvalidBatch, UnsupportedCodec):
+                continue
+            for record in records:
                 producer: str | None = None
                 seq_no: int | None = None
                 for key, value in record.headers:

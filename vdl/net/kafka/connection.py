@@ -164,7 +164,11 @@ class KafkaConnection:
         """Run the request's inline part; None closes the connection (after earlier replies)."""
         auth = self._auth
         if auth is not None and auth.raw_tokens:
-            return auth.raw_token(frame)
+            try:
+                return auth.raw_token(frame)
+            except Exception:
+                log.exception("closing connection from %s: SASL token failed", self._peer)
+                return None
         try:
             header = parse_request_header(frame)
         except MalformedRequest as exc:

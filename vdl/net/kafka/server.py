@@ -127,6 +127,10 @@ class KafkaServer:
         self._connections.add(connection)
         try:
             await connection.serve()
+        except Exception:
+            # A bug reached by one client's input must cost that client its connection,
+            # never the listener (and with it the node).
+            log.exception("connection from %s failed", peer)
         finally:
             self._connections.discard(connection)
 

@@ -106,6 +106,10 @@ def decode_payload(codec: int, data: bytes, limit: int) -> bytes:
     raise YdbError(StatusIds.BAD_REQUEST, f"codec {codec} is not supported")
 
 
+# How long an ack may wait for its write to commit before the session gives up.
+COMMIT_WAIT_S = 30.0
+
+
 @dataclass(slots=True)
 class _Reply:
     """One server message; acks are held until offset ``wait_for`` is committed."""
@@ -406,7 +410,15 @@ class WriteSession:
         async with replies:
             async for reply in replies:
                 if reply.wait_for >= 0:
-                    await self._log.wait_committed(reply.wait_for)
+                    with trio.move_on_after(COMMIT_WAIT_S) as waited:
+                        await self._log.wait_committed(reply.wait_for)
+                    if waited.cancelled_caught:
+                        # No quorum for this long: the writer reconnects and resends, and
+                        # seq_no dedup makes that safe whether or not the write survives.
+                        raise YdbError(
+                            StatusIds.UNAVAILABLE,
+                            f"write not committed within {COMMIT_WAIT_S:.0f} s",
+                        )
                 await self._stream.send(reply.message.SerializeToString())
                 self._unacked -= reply.size
                 self._room.set()
