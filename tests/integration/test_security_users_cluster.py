@@ -116,8 +116,12 @@ def test_a_user_added_through_one_node_logs_in_on_the_others(
             cluster, 1, "user", "add", NEW_USER, "--password-stdin", stdin=NEW_PASSWORD + "\n"
         )
     )
-    listed = vdl(cluster, 3, "user", "list")
-    assert listed.returncode == 0 and NEW_USER in listed.stdout.split(), listed
+    # Committed on node 1's word; node 3 applies the command when it hears the commit.
+    wait_for(
+        lambda: NEW_USER in vdl(cluster, 3, "user", "list").stdout.split(),
+        True,
+        "the new user listed on node 3",
+    )
     again = vdl(cluster, 2, "user", "add", NEW_USER, "--password-stdin", stdin=NEW_PASSWORD + "\n")
     assert again.returncode != 0 and "already exists" in again.stderr, again
 
@@ -136,7 +140,7 @@ def test_a_user_added_through_one_node_logs_in_on_the_others(
     # A restart replays the metadata log: the removed user must not come back.
     cluster.nodes[3].stop(30)
     cluster.nodes[3].start()
-    assert not scram_ok(cluster, 3, "SCRAM-SHA-256")
+    wait_for(lambda: scram_ok(cluster, 3, "SCRAM-SHA-256"), False, "SCRAM on restarted node 3")
 
     # The password was hashed by the CLI: no node wrote it anywhere (logs included).
     for path in (p for p in tmp_path.rglob("*") if p.is_file()):
