@@ -130,11 +130,15 @@ def test_metadata_lists_every_node_and_the_partitions_replicas(cluster: Cluster)
     while True:
         md = _metadata(cluster.nodes[1].bootstrap)
         brokers = {b.id: f"{b.host}:{b.port}" for b in md.brokers.values()}  # type: ignore[attr-defined]
-        if len(brokers) == 3 or time.monotonic() > deadline:
+        topic_md = md.topics.get(TOPIC)  # type: ignore[attr-defined]
+        part = topic_md.partitions.get(0) if topic_md is not None else None
+        # Node 1 learns the leader a moment after the leader knows itself.
+        known = part is not None and part.leader == leader
+        if (len(brokers) == 3 and known) or time.monotonic() > deadline:
             break
         time.sleep(0.2)
     assert brokers == {i: n.bootstrap for i, n in cluster.nodes.items()}
-    part = md.topics[TOPIC].partitions[0]  # type: ignore[attr-defined]
+    assert part is not None
     assert sorted(part.replicas) == [1, 2, 3]
     assert part.leader == leader
 
