@@ -226,18 +226,7 @@ class LogStream:
         """Return once every offset up to last_offset is committed (visible to readers)."""
         if last_offset < self._high_watermark:
             return
-        if self._closed:
-            raise StreamError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{self.name} is closed")
-        event = trio.Event()
-        heapq.heappush(self._commit_waiters, (last_offset, next(self._waiter_seq), event))
-        await event.wait()
-        if event in self._truncated_waiters:
-            self._truncated_waiters.discard(event)
-            raise StreamError(
-                ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{self.name}: a new leader replaced the entry"
-            )
-        if last_offset >= self._high_watermark:
-            raise StreamError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{self.name} was closed")
+        await self._wait(self._commit_waiters, last_offset, lambda: self._high_watermark)
 
     async def wait_durable(self, last_offset: int) -> None:
         """Return once every offset up to last_offset is durable on this node (Kafka
@@ -249,17 +238,27 @@ class LogStream:
             return
         if last_offset < self.durable_end:
             return
+        await self._wait(self._durable_waiters, last_offset, lambda: self.durable_end)
+
+    async def _wait(
+        self,
+        waiters: list[tuple[int, int, trio.Event]],
+        last_offset: int,
+        reached: Callable[[], int],
+    ) -> None:
+        """Park on `waiters` until the point `reached()` passes last_offset; the event is
+        also set when the stream closes or a new leader replaces the entry."""
         if self._closed:
             raise StreamError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{self.name} is closed")
         event = trio.Event()
-        heapq.heappush(self._durable_waiters, (last_offset, next(self._waiter_seq), event))
+        heapq.heappush(waiters, (last_offset, next(self._waiter_seq), event))
         await event.wait()
         if event in self._truncated_waiters:
             self._truncated_waiters.discard(event)
             raise StreamError(
                 ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{self.name}: a new leader replaced the entry"
             )
-        if last_offset >= self.durable_end:
+        if last_offset >= reached():
             raise StreamError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{self.name} was closed")
 
     def on_local_durable(self, index: int) -> None:
