@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
+import grpc
 import pytest
 import trio
 import trustme
@@ -25,8 +26,6 @@ from vdl.net.grpc import (
     client_ssl_context,
     server_ssl_context,
 )
-
-grpc = pytest.importorskip("grpc")
 
 T = TypeVar("T")
 MAX = 64_000_000
