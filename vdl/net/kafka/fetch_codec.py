@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from vdl.net.kafka.errors import MalformedRequest, UnsupportedVersion
+from vdl.net.kafka.primitives import put_string, read_count, read_string
 from vdl.net.kafka.versions import ApiKey
 
 __all__ = [
@@ -94,28 +95,6 @@ class FetchPartitionResult:
     records: Sequence[Buffer] = field(default_factory=list)
 
 
-def _string(body: memoryview, pos: int, end: int) -> tuple[str, int]:
-    if pos + 2 > end:
-        raise MalformedRequest("truncated string length")
-    (n,) = _I16.unpack_from(body, pos)
-    pos += 2
-    if n < 0 or pos + n > end:
-        raise MalformedRequest(f"bad or truncated string (length {n})")
-    try:
-        return bytes(body[pos : pos + n]).decode("utf-8"), pos + n
-    except UnicodeDecodeError as exc:
-        raise MalformedRequest("string is not UTF-8") from exc
-
-
-def _count(body: memoryview, pos: int, end: int) -> tuple[int, int]:
-    if pos + 4 > end:
-        raise MalformedRequest("truncated array length")
-    (n,) = _I32.unpack_from(body, pos)
-    if n < 0:
-        raise MalformedRequest(f"bad array length {n}")
-    return n, pos + 4
-
-
 def _need(pos: int, size: int, end: int) -> None:
     if pos + size > end:
         raise MalformedRequest("truncated fetch request")
@@ -141,11 +120,11 @@ def decode_fetch_request(body: memoryview, version: int) -> FetchRequest:
     else:
         pstruct = _P_V4
     psize = pstruct.size
-    n_topics, pos = _count(body, pos, end)
+    n_topics, pos = read_count(body, pos, end)
     topics: list[FetchTopic] = []
     for _ in range(n_topics):
-        name, pos = _string(body, pos, end)
-        n_parts, pos = _count(body, pos, end)
+        name, pos = read_string(body, pos, end)
+        n_parts, pos = read_count(body, pos, end)
         parts: list[FetchPartition] = []
         for _ in range(n_parts):
             _need(pos, psize, end)
@@ -162,17 +141,17 @@ def decode_fetch_request(body: memoryview, version: int) -> FetchRequest:
         topics.append(FetchTopic(name, parts))
     forgotten: list[ForgottenTopic] = []
     if version >= 7:
-        n_forgotten, pos = _count(body, pos, end)
+        n_forgotten, pos = read_count(body, pos, end)
         for _ in range(n_forgotten):
-            name, pos = _string(body, pos, end)
-            n_parts, pos = _count(body, pos, end)
+            name, pos = read_string(body, pos, end)
+            n_parts, pos = read_count(body, pos, end)
             _need(pos, 4 * n_parts, end)
             ids = list(struct.unpack_from(f">{n_parts}i", body, pos))
             pos += 4 * n_parts
             forgotten.append(ForgottenTopic(name, ids))
     rack_id = ""
     if version >= 11:
-        rack_id, pos = _string(body, pos, end)
+        rack_id, pos = read_string(body, pos, end)
     return FetchRequest(
         replica_id,
         max_wait_ms,
@@ -185,12 +164,6 @@ def decode_fetch_request(body: memoryview, version: int) -> FetchRequest:
         forgotten,
         rack_id,
     )
-
-
-def _put_string(out: bytearray, s: str) -> None:
-    data = s.encode("utf-8")
-    out += _I16.pack(len(data))
-    out += data
 
 
 def encode_fetch_response(
@@ -225,7 +198,7 @@ def encode_fetch_response(
     with_log_start = version >= 5
     with_replica = version >= 11
     for name, parts in topics:
-        _put_string(cur, name)
+        put_string(cur, name)
         cur += _I32.pack(len(parts))
         for p in parts:
             if with_log_start:

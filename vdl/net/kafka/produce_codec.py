@@ -13,6 +13,7 @@ import struct
 from dataclasses import dataclass, field
 
 from vdl.net.kafka.errors import MalformedRequest, UnsupportedVersion
+from vdl.net.kafka.primitives import put_string, read_count, read_nullable_string, read_string
 from vdl.net.kafka.versions import SERVED_PRODUCE_MIN, ApiKey
 
 __all__ = [
@@ -70,48 +71,22 @@ class PartitionProduceResult:
     error_message: str | None = None
 
 
-def _string(body: memoryview, pos: int, end: int, nullable: bool) -> tuple[str | None, int]:
-    if pos + 2 > end:
-        raise MalformedRequest("truncated string length")
-    (n,) = _I16.unpack_from(body, pos)
-    pos += 2
-    if n < 0:
-        if n == -1 and nullable:
-            return None, pos
-        raise MalformedRequest(f"bad string length {n}")
-    if pos + n > end:
-        raise MalformedRequest("truncated string")
-    try:
-        return bytes(body[pos : pos + n]).decode("utf-8"), pos + n
-    except UnicodeDecodeError as exc:
-        raise MalformedRequest("string is not UTF-8") from exc
-
-
-def _count(body: memoryview, pos: int, end: int) -> tuple[int, int]:
-    if pos + 4 > end:
-        raise MalformedRequest("truncated array length")
-    (n,) = _I32.unpack_from(body, pos)
-    if n < 0:
-        raise MalformedRequest(f"bad array length {n}")
-    return n, pos + 4
-
-
 def decode_produce_request(body: memoryview, version: int) -> ProduceRequest:
     """Decode a Produce body (the frame after the request header)."""
     if not MIN_PRODUCE_VERSION <= version <= MAX_PRODUCE_VERSION:
         raise UnsupportedVersion(ApiKey.PRODUCE, version)
     end = len(body)
-    transactional_id, pos = _string(body, 0, end, nullable=True)
+    transactional_id, pos = read_nullable_string(body, 0, end)
     if pos + 6 > end:
         raise MalformedRequest("truncated produce request")
     acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(body, pos)
     pos += 6
-    n_topics, pos = _count(body, pos, end)
+    n_topics, pos = read_count(body, pos, end)
     topics: list[ProduceTopic] = []
     for _ in range(n_topics):
-        name, pos = _string(body, pos, end, nullable=False)
+        name, pos = read_string(body, pos, end)
         assert name is not None
-        n_parts, pos = _count(body, pos, end)
+        n_parts, pos = read_count(body, pos, end)
         parts: list[ProducePartition] = []
         for _ in range(n_parts):
             if pos + 8 > end:
@@ -133,15 +108,6 @@ def decode_produce_request(body: memoryview, version: int) -> ProduceRequest:
     return ProduceRequest(transactional_id, acks, timeout_ms, topics)
 
 
-def _put_string(out: bytearray, s: str | None) -> None:
-    if s is None:
-        out += b"\xff\xff"
-        return
-    data = s.encode("utf-8")
-    out += _I16.pack(len(data))
-    out += data
-
-
 def encode_produce_response(
     version: int,
     correlation_id: int,
@@ -156,7 +122,7 @@ def encode_produce_response(
     with_log_start = version >= 5
     with_errors = version >= 8
     for name, parts in topics:
-        _put_string(out, name)
+        put_string(out, name)
         out += _I32.pack(len(parts))
         for p in parts:
             if with_log_start:
@@ -169,8 +135,8 @@ def encode_produce_response(
                 out += _I32.pack(len(p.record_errors))
                 for batch_index, message in p.record_errors:
                     out += _I32.pack(batch_index)
-                    _put_string(out, message)
-                _put_string(out, p.error_message)
+                    put_string(out, message)
+                put_string(out, p.error_message)
     out += _I32.pack(throttle_time_ms)
     _HEAD.pack_into(out, 0, len(out) - 4, correlation_id)
     return bytes(out)
