@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import socket
@@ -11,11 +12,25 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+# Below Linux's default ephemeral range (32768-60999): a port the kernel hands to some
+# outgoing client socket between our check and the node's bind would make the node fail
+# to start. Each test process starts at its own place so parallel runs rarely meet.
+_PORTS = itertools.cycle(range(20000, 32000))
+for _ in range(os.getpid() % 12000):
+    next(_PORTS)
+
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback port that is free now and outside the ephemeral range."""
+    for _ in range(12000):
+        port = next(_PORTS)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free loopback port in 20000-31999")
 
 
 class NodeProcess:

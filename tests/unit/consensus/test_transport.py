@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 import trio
 
+from tests.integration.node_process import free_port
 from vdl.backends.api import Entry, EntryType
 from vdl.consensus.frames import FrameError, FrameReader, encode_frame
 from vdl.consensus.messages import AppendEntries, Heartbeat, Message
@@ -20,12 +19,6 @@ class Box:
 
     def deliver(self, message: Message) -> None:
         self.got.append(message)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_frames_split_anywhere_decode_the_same() -> None:
