@@ -89,7 +89,9 @@ def controller(cluster: Cluster, exclude: int | None = None) -> int:
 
 
 def committed_at_coordinator(cluster: Cluster, coordinator: int) -> dict[int, int]:
-    """The committed offsets, retried while the coordinator is loading or moving."""
+    """The committed offsets, retried while the coordinator is loading or moving; when the
+    metadata leadership (and so the coordinator) moves, ask the new one, as a client would:
+    the offsets are replicated, so any current coordinator answers the same."""
     deadline = time.monotonic() + 30
     while True:
         error, offsets = offset_fetch(cluster.nodes[coordinator])
@@ -97,6 +99,8 @@ def committed_at_coordinator(cluster: Cluster, coordinator: int) -> dict[int, in
             return offsets
         assert error in RETRIABLE_COORDINATOR_ERRORS, error
         assert time.monotonic() < deadline, f"coordinator {coordinator} kept answering {error}"
+        if error == NOT_COORDINATOR:
+            coordinator = controller(cluster)
         time.sleep(0.2)
 
 
