@@ -26,6 +26,7 @@ from vdl.cluster.acl_commands import ReplicatedAcls
 from vdl.cluster.coordinator_role import CoordinatorRole
 from vdl.cluster.forwarding import CommandForwarder
 from vdl.cluster.front_ends import ClusterFrontEnds
+from vdl.cluster.group_commands import ReplicatedGroups
 from vdl.cluster.manager import ClusterManager, ClusterSettings
 from vdl.cluster.memory_meta import MemoryMetaStore
 from vdl.cluster.offset_commands import ReplicatedOffsets
@@ -101,6 +102,7 @@ class Node:
         self._stop = trio.Event()
         self._cluster: ClusterManager | None = None
         self._replicated_offsets: ReplicatedOffsets | None = None
+        self._replicated_groups: ReplicatedGroups | None = None
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -186,6 +188,9 @@ class Node:
                 # Registered before group 0 replays its log, which holds the commits.
                 self._replicated_offsets = ReplicatedOffsets(self._cluster.metadata, meta)
                 self._replicated_offsets.register(self._cluster.state)
+                # Group records likewise: the next coordinator loads them.
+                self._replicated_groups = ReplicatedGroups(self._cluster.metadata, meta)
+                self._replicated_groups.register(self._cluster.state)
                 # ACLs too: every node applies `vdl acl` changes made on any node. A node
                 # without users still records them, for when it gets a users file.
                 acls = self._security.acls or AclStore(meta, config.superusers, enabled=False)
@@ -246,16 +251,24 @@ class Node:
             broker.groups = groups
             await root.start(groups.run)
             coordination = trio.CancelScope()
-            if cluster is not None:
+            replicated_groups = self._replicated_groups
+            if cluster is not None and replicated_groups is not None:
                 role = CoordinatorRole(cluster.metadata, groups)
                 groups.role = role.error
                 groups.replicator = self._replicated_offsets
+                groups.persist = replicated_groups.submit
 
                 async def coordinate() -> None:
                     with coordination:
-                        await role.run()
+                        async with trio.open_nursery() as nursery:
+                            nursery.start_soon(role.run)
+                            nursery.start_soon(replicated_groups.run)
 
                 root.start_soon(coordinate)
+            else:
+                # One node: the groups as they stood when it stopped; members that are
+                # still alive carry on without a rebalance.
+                groups.load()
             kafka = KafkaServer(
                 broker,
                 config.node_id,

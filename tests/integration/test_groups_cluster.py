@@ -237,3 +237,81 @@ def test_group_survives_killing_its_coordinator(cluster: Cluster) -> None:
         assert {tp.partition: tp.offset for tp in committed} == final
     finally:
         checker.close()
+
+
+class CountingMember:
+    """A member that counts how often it was assigned partitions."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.assignments = 0
+        self.assigned: set[int] = set()
+        self.seen: set[tuple[int, int]] = set()
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": GROUP,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "session.timeout.ms": 10000,
+                "heartbeat.interval.ms": 500,
+                "topic.metadata.refresh.interval.ms": 1000,
+            }
+        )
+        self.consumer.subscribe([TOPIC], on_assign=self._on_assign)
+
+    def _on_assign(self, _: Any, tps: list[TopicPartition]) -> None:
+        self.assignments += 1
+        self.assigned = {tp.partition for tp in tps}
+
+    def poll(self) -> None:
+        msg = self.consumer.poll(0.05)
+        if msg is not None and msg.error() is None:
+            partition, offset = msg.partition(), msg.offset()
+            assert partition is not None and offset is not None
+            self.seen.add((partition, offset))
+
+
+def test_members_keep_their_generation_across_a_coordinator_failover(cluster: Cluster) -> None:
+    """The group's record travels through the metadata group, so the next coordinator
+    loads the members: they carry on heartbeating there and are never rebalanced."""
+    cluster.create_topic(TOPIC, PARTITIONS)
+    for p in range(PARTITIONS):
+        cluster.wait_for_leader(TOPIC, p)
+    members = [CountingMember(cluster.bootstrap), CountingMember(cluster.bootstrap)]
+
+    def run_until(done: Any, what: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not done():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            for m in members:
+                m.poll()
+
+    try:
+        run_until(
+            lambda: (
+                sum(len(m.assigned) for m in members) == PARTITIONS
+                and all(m.assigned for m in members)
+            ),
+            "the group to settle",
+        )
+        for _ in range(40):  # a few heartbeats in the settled generation
+            for m in members:
+                m.poll()
+        counts = [m.assignments for m in members]
+        coordinator = controller(cluster)
+        cluster.nodes[coordinator].kill()
+        successor = controller(cluster, exclude=coordinator)
+        messages = [(b"k%d" % i, b"v%d" % i) for i in range(300)]
+        acked = confluent_produce(
+            cluster.alive_bootstrap(), TOPIC, messages, **{"message.timeout.ms": 60000}
+        )
+        expected = {(p, o) for p, offsets in acked.items() for o in offsets}
+        run_until(lambda: expected <= members[0].seen | members[1].seen, "every message consumed")
+        # Heartbeats reach the new coordinator in the same generation: no rebalance.
+        for _ in range(40):
+            for m in members:
+                m.poll()
+        assert [m.assignments for m in members] == counts, (counts, successor)
+    finally:
+        for m in members:
+            m.consumer.close()

@@ -6,7 +6,8 @@ log up to where it stood when it was elected (Raft's leader holds every committe
 but may not have applied them all yet): until then group requests get
 COORDINATOR_LOAD_IN_PROGRESS, as on a Kafka broker loading its offsets topic. Other nodes
 answer NOT_COORDINATOR. When leadership moves away, the groups here are unloaded so held
-requests are answered at once and members rejoin at the new coordinator.
+requests are answered at once; once loaded, the new coordinator takes every group over from
+its last record (`group_commands.py`), so members carry on there in their generation.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class CoordinatorRole:
             if self._metadata.applied < self._load_index:
                 return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
             self._loaded = True
+            self._groups.load()
         return ErrorCode.NONE
 
     def _take_over(self, term: int, last_index: int) -> None:
@@ -55,8 +57,10 @@ class CoordinatorRole:
         while True:
             driver = self._metadata.driver
             if driver is not None:
-                if driver.is_leader and driver.term != self._term:
-                    self._take_over(driver.term, driver.next_index() - 1)
+                if driver.is_leader:
+                    # Takes over and loads the groups as soon as it may, not only when the
+                    # first group request arrives (members' sessions run from the load).
+                    self.error()
                 elif not driver.is_leader and self._term != -1:
                     self._term = -1
                     self._groups.unload()

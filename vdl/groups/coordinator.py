@@ -9,8 +9,16 @@ the driver collects it with `take_completions()`. The driver also calls `tick(no
 Because the outcome depends only on the sequence of calls, the same machine can later be
 driven from a replicated log (one command per call) without changing it.
 
-Static membership (group_instance_id) is not implemented: the field is ignored and every
-member is dynamic, which is what all supported clients use by default.
+Static membership (KIP-345, JoinGroup v5+): a member that names a `group_instance_id` keeps
+its place across restarts. Rejoining with an empty member id replaces its old member id
+(the old incarnation is fenced with FENCED_INSTANCE_ID) and, in a Stable group whose chosen
+assignor stays the same, gets the current generation and assignment back with no
+rebalance; a static member that has not rejoined when a rebalance completes keeps its
+place (and its share of the assignment) until its session expires.
+
+What must survive a coordinator change is taken as a `GroupRecord` when a generation's
+assignment is settled, when a group becomes Empty and when a static member is replaced
+(`take_records`); `load` puts such a record back on the next coordinator.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from vdl.groups.group import Group, GroupState, Member, Protocols
+from vdl.groups.group_record import GroupRecord, MemberRecord
 from vdl.log.error_codes import ErrorCode
 
 _PREPARING = GroupState.PREPARING_REBALANCE
@@ -46,6 +55,8 @@ class JoinRequest:
     protocols: Protocols
     # True for clients that understand MEMBER_ID_REQUIRED (Kafka JoinGroup v4+).
     require_known_member_id: bool
+    # Static membership (JoinGroup v5+); None or "" for a dynamic member.
+    group_instance_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,8 +67,9 @@ class JoinResult:
     protocol_type: str | None = None
     protocol: str | None = None
     leader: str = ""
-    # Every member's (id, metadata for the chosen protocol); only the leader gets them.
-    members: tuple[tuple[str, bytes], ...] = ()
+    # Every member's (id, group instance id, metadata for the chosen protocol); only the
+    # leader gets them.
+    members: tuple[tuple[str, str | None, bytes], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +110,8 @@ class GroupCoordinator:
         self._groups: dict[str, Group] = {}
         self._next_ticket = 1
         self._completions: list[Completion] = []
+        # Records to store, by group (a later change of a group replaces an earlier one).
+        self._records: dict[str, GroupRecord] = {}
         self._closed = False
 
     # -- queries ---------------------------------------------------------------------------
@@ -111,6 +125,12 @@ class GroupCoordinator:
     def take_completions(self) -> list[Completion]:
         completions, self._completions = self._completions, []
         return completions
+
+    def take_records(self) -> list[GroupRecord]:
+        """Group records to store since the last call, at most one per group."""
+        records = list(self._records.values())
+        self._records.clear()
+        return records
 
     def next_deadline_ms(self) -> int | None:
         deadlines = (g.next_deadline_ms() for g in self._groups.values())
@@ -138,11 +158,21 @@ class GroupCoordinator:
             if req.member_id:
                 return fail(ErrorCode.UNKNOWN_MEMBER_ID)
             group = self._groups[req.group_id] = Group(req.group_id)
+        instance = req.group_instance_id or None
+        # A static member rejoining afresh is judged without its own old incarnation.
+        joiner = req.member_id or (group.static_members.get(instance, "") if instance else "")
         names = [name for name, _ in req.protocols]
-        if not req.protocol_type or not group.accepts(req.protocol_type, names, req.member_id):
+        if not req.protocol_type or not group.accepts(req.protocol_type, names, joiner):
             return fail(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
 
         if not req.member_id:
+            if instance is not None:
+                old_id = group.static_members.get(instance)
+                if old_id is not None:
+                    return self._replace_static(now_ms, group, old_id, req)
+                # A static member's id is bound to its instance id: no MEMBER_ID_REQUIRED
+                # round trip, as in Kafka.
+                return self._add_member(now_ms, group, self._new_member_id(req.client_id), req)
             member_id = self._new_member_id(req.client_id)
             if req.require_known_member_id:
                 # KIP-394: no state for this member until it proves it got the id.
@@ -152,8 +182,10 @@ class GroupCoordinator:
         if req.member_id in group.pending:
             del group.pending[req.member_id]
             return self._add_member(now_ms, group, req.member_id, req)
+        if group.is_fenced(instance, req.member_id):
+            return fail(ErrorCode.FENCED_INSTANCE_ID)
         member = group.members.get(req.member_id)
-        if member is None:
+        if member is None or (instance is not None and instance not in group.static_members):
             return fail(ErrorCode.UNKNOWN_MEMBER_ID)
 
         changed = member.protocols != req.protocols or member.protocol_type != req.protocol_type
@@ -185,10 +217,13 @@ class GroupCoordinator:
             protocol_type=req.protocol_type,
             protocols=req.protocols,
             session_deadline_ms=now_ms + req.session_timeout_ms,
+            group_instance_id=req.group_instance_id or None,
         )
         if not group.members:
             group.protocol_type = req.protocol_type
         group.members[member_id] = member
+        if member.group_instance_id is not None:
+            group.static_members[member.group_instance_id] = member_id
         held = self._hold_join(group, member)
         if group.state is _PREPARING:
             if group.initial_delay_cap_ms is not None:
@@ -197,6 +232,37 @@ class GroupCoordinator:
                     now_ms + self.config.initial_rebalance_delay_ms, group.initial_delay_cap_ms
                 )
         else:
+            self._prepare_rebalance(now_ms, group)
+        self._maybe_complete_join(now_ms, group)
+        return held
+
+    def _replace_static(
+        self, now_ms: int, group: Group, old_id: str, req: JoinRequest
+    ) -> JoinResult | Held:
+        """A known static instance joins afresh (typically restarted): it takes over its
+        old place under a new member id, and the old incarnation is fenced."""
+        member = group.remove(old_id)
+        if member.join_ticket is not None:
+            ticket, member.join_ticket = member.join_ticket, None
+            self._complete(ticket, JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id=old_id))
+        if member.sync_ticket is not None:
+            ticket, member.sync_ticket = member.sync_ticket, None
+            self._complete(ticket, SyncResult(ErrorCode.FENCED_INSTANCE_ID))
+        member.member_id = self._new_member_id(req.client_id)
+        group.members[member.member_id] = member
+        assert member.group_instance_id is not None
+        group.static_members[member.group_instance_id] = member.member_id
+        if group.leader == old_id:
+            group.leader = member.member_id
+        self._update_member(now_ms, member, req)
+        if group.state is GroupState.STABLE and group.select_protocol() == group.protocol:
+            # Nothing the assignment depends on changed: carry on in this generation.
+            self._take_record(group)
+            return self._join_result(group, member)
+        # In CompletingRebalance the leader may be assigning to the old id; rebalance so
+        # the assignment names the new one (as Kafka does).
+        held = self._hold_join(group, member)
+        if group.state is not _PREPARING:
             self._prepare_rebalance(now_ms, group)
         self._maybe_complete_join(now_ms, group)
         return held
@@ -219,10 +285,13 @@ class GroupCoordinator:
         return Held(member.join_ticket, timeout)
 
     def _join_result(self, group: Group, member: Member) -> JoinResult:
-        members: tuple[tuple[str, bytes], ...] = ()
+        members: tuple[tuple[str, str | None, bytes], ...] = ()
         protocol = group.protocol or ""
         if group.is_leader(member.member_id):
-            members = tuple((m.member_id, m.metadata_for(protocol)) for m in group.members.values())
+            members = tuple(
+                (m.member_id, m.group_instance_id, m.metadata_for(protocol))
+                for m in group.members.values()
+            )
         return JoinResult(
             ErrorCode.NONE,
             member_id=member.member_id,
@@ -264,9 +333,17 @@ class GroupCoordinator:
 
     def _complete_join(self, now_ms: int, group: Group) -> None:
         for member in list(group.members.values()):
-            if member.join_ticket is None:
-                # Did not rejoin within the rebalance timeout: out of the group.
+            if member.join_ticket is None and member.group_instance_id is None:
+                # Did not rejoin within the rebalance timeout: out of the group. A static
+                # member keeps its place until its session runs out.
                 self._drop(group, member)
+        joined = [m.member_id for m in group.members.values() if m.join_ticket is not None]
+        if group.members and not joined:
+            # Only absent static members are left: wait another round for one of them (or
+            # for their sessions to end) rather than form a generation nobody hears of.
+            group.join_deadline_ms = now_ms + group.max_rebalance_timeout_ms()
+            group.initial_delay_cap_ms = None
+            return
         group.join_deadline_ms = None
         group.initial_delay_cap_ms = None
         group.generation += 1
@@ -274,19 +351,21 @@ class GroupCoordinator:
             group.state = GroupState.EMPTY
             group.protocol = None
             group.leader = None
+            self._take_record(group)
             return
         group.protocol = group.select_protocol()
-        if group.leader not in group.members:
-            group.leader = next(iter(group.members))
+        if group.leader not in joined:
+            # The leader must hear of the generation to assign it.
+            group.leader = joined[0]
         group.state = _COMPLETING
         group.sync_deadline_ms = now_ms + group.max_rebalance_timeout_ms()
         for member in group.members.values():
             ticket = member.join_ticket
-            assert ticket is not None
             member.join_ticket = None
             member.assignment = b""
             member.renew_session(now_ms)
-            self._complete(ticket, self._join_result(group, member))
+            if ticket is not None:
+                self._complete(ticket, self._join_result(group, member))
 
     # -- SyncGroup -------------------------------------------------------------------------
 
@@ -299,6 +378,7 @@ class GroupCoordinator:
         assignments: Mapping[str, bytes],
         protocol_type: str | None = None,
         protocol: str | None = None,
+        group_instance_id: str | None = None,
     ) -> SyncResult | Held:
         """`assignments` are used only from the leader; followers send none."""
         group = self._groups.get(group_id)
@@ -306,6 +386,8 @@ class GroupCoordinator:
             return SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         if group is None or group.state is GroupState.EMPTY:
             return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
+        if group.is_fenced(group_instance_id, member_id):
+            return SyncResult(ErrorCode.FENCED_INSTANCE_ID)
         member = group.members.get(member_id)
         if member is None:
             return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
@@ -332,6 +414,7 @@ class GroupCoordinator:
             each.assignment = assignments.get(each.member_id, b"")
         group.state = GroupState.STABLE
         group.sync_deadline_ms = None
+        self._take_record(group)
         for each in group.members.values():
             if each.sync_ticket is not None:
                 ticket, each.sync_ticket = each.sync_ticket, None
@@ -355,12 +438,21 @@ class GroupCoordinator:
 
     # -- Heartbeat, LeaveGroup -------------------------------------------------------------
 
-    def heartbeat(self, now_ms: int, group_id: str, member_id: str, generation: int) -> ErrorCode:
+    def heartbeat(
+        self,
+        now_ms: int,
+        group_id: str,
+        member_id: str,
+        generation: int,
+        group_instance_id: str | None = None,
+    ) -> ErrorCode:
         group = self._groups.get(group_id)
         if self._closed or (group is not None and group.state is GroupState.DEAD):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if group is None or group.state is GroupState.EMPTY:
             return ErrorCode.UNKNOWN_MEMBER_ID
+        if group.is_fenced(group_instance_id, member_id):
+            return ErrorCode.FENCED_INSTANCE_ID
         member = group.members.get(member_id)
         if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
@@ -372,17 +464,36 @@ class GroupCoordinator:
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
 
-    def leave(self, now_ms: int, group_id: str, member_ids: Sequence[str]) -> list[ErrorCode]:
-        """Per-member errors, in the order given."""
+    def leave(
+        self,
+        now_ms: int,
+        group_id: str,
+        member_ids: Sequence[str],
+        instance_ids: Sequence[str | None] | None = None,
+    ) -> list[ErrorCode]:
+        """Per-member errors, in the order given. A member named by its group instance id
+        (LeaveGroup v3+) may leave with an empty member id; a member id that no longer
+        belongs to that instance is fenced."""
         group = self._groups.get(group_id)
         if self._closed or (group is not None and group.state is GroupState.DEAD):
             return [ErrorCode.COORDINATOR_NOT_AVAILABLE] * len(member_ids)
         if group is None:
             return [ErrorCode.UNKNOWN_MEMBER_ID] * len(member_ids)
+        instances = list(instance_ids) if instance_ids is not None else [None] * len(member_ids)
         errors: list[ErrorCode] = []
         removed = False
-        for member_id in member_ids:
-            if group.pending.pop(member_id, None) is not None:
+        for member_id, instance in zip(member_ids, instances, strict=True):
+            if instance:
+                current = group.static_members.get(instance)
+                if current is None:
+                    errors.append(ErrorCode.UNKNOWN_MEMBER_ID)
+                elif member_id and member_id != current:
+                    errors.append(ErrorCode.FENCED_INSTANCE_ID)
+                else:
+                    self._drop(group, group.members[current])
+                    removed = True
+                    errors.append(ErrorCode.NONE)
+            elif group.pending.pop(member_id, None) is not None:
                 # Never part of a generation, so nobody needs to rebalance for it.
                 errors.append(ErrorCode.NONE)
             elif member_id in group.members:
@@ -400,7 +511,7 @@ class GroupCoordinator:
 
     def _drop(self, group: Group, member: Member) -> None:
         """Remove a member and answer whatever it has held; the caller rebalances."""
-        del group.members[member.member_id]
+        group.remove(member.member_id)
         if member.join_ticket is not None:
             self._complete(
                 member.join_ticket,
@@ -417,7 +528,12 @@ class GroupCoordinator:
     # -- OffsetCommit --------------------------------------------------------------------
 
     def check_commit(
-        self, now_ms: int, group_id: str, member_id: str, generation: int
+        self,
+        now_ms: int,
+        group_id: str,
+        member_id: str,
+        generation: int,
+        group_instance_id: str | None = None,
     ) -> ErrorCode:
         """May this member commit offsets for the group now? Renews its session if so.
 
@@ -438,6 +554,8 @@ class GroupCoordinator:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if generation < 0 and group.state is GroupState.EMPTY:
             return ErrorCode.NONE
+        if group.is_fenced(group_instance_id, member_id):
+            return ErrorCode.FENCED_INSTANCE_ID
         if group.state is _COMPLETING:
             return ErrorCode.REBALANCE_IN_PROGRESS
         member = group.members.get(member_id)
@@ -477,6 +595,63 @@ class GroupCoordinator:
                         self._drop(group, member)
                 self._prepare_rebalance(now_ms, group)
         self._maybe_complete_join(now_ms, group)
+
+    # -- records ---------------------------------------------------------------------------
+
+    def _take_record(self, group: Group) -> None:
+        self._records[group.group_id] = GroupRecord(
+            group_id=group.group_id,
+            generation=group.generation,
+            protocol_type=group.protocol_type,
+            protocol=group.protocol,
+            leader=group.leader,
+            members=tuple(
+                MemberRecord(
+                    member_id=m.member_id,
+                    group_instance_id=m.group_instance_id,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    session_timeout_ms=m.session_timeout_ms,
+                    rebalance_timeout_ms=m.rebalance_timeout_ms,
+                    protocol_type=m.protocol_type,
+                    protocols=m.protocols,
+                    assignment=m.assignment,
+                )
+                for m in group.members.values()
+            ),
+        )
+
+    def load(self, now_ms: int, record: GroupRecord) -> bool:
+        """Take over a group from its stored record (a new coordinator, or a restart): its
+        members carry on in the stored generation, each with a fresh session. A group this
+        coordinator already holds is left alone (it is newer). True if loaded."""
+        if self._closed or record.group_id in self._groups:
+            return False
+        group = Group(
+            record.group_id,
+            state=GroupState.STABLE if record.members else GroupState.EMPTY,
+            generation=record.generation,
+            protocol_type=record.protocol_type,
+            protocol=record.protocol if record.members else None,
+            leader=record.leader if record.members else None,
+        )
+        for m in record.members:
+            group.members[m.member_id] = Member(
+                member_id=m.member_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                session_timeout_ms=m.session_timeout_ms,
+                rebalance_timeout_ms=m.rebalance_timeout_ms,
+                protocol_type=m.protocol_type,
+                protocols=m.protocols,
+                session_deadline_ms=now_ms + m.session_timeout_ms,
+                group_instance_id=m.group_instance_id,
+                assignment=m.assignment,
+            )
+            if m.group_instance_id is not None:
+                group.static_members[m.group_instance_id] = m.member_id
+        self._groups[record.group_id] = group
+        return True
 
     # -- shutdown --------------------------------------------------------------------------
 

@@ -33,6 +33,8 @@ class Member:
     protocol_type: str
     protocols: Protocols
     session_deadline_ms: int
+    # Static membership (KIP-345): the id a client keeps across restarts; None if dynamic.
+    group_instance_id: str | None = None
     # Tickets of this member's held JoinGroup / SyncGroup, if any. A member with a held
     # request is kept alive regardless of its session: the rebalance deadline bounds it.
     join_ticket: int | None = None
@@ -63,6 +65,8 @@ class Group:
     leader: str | None = None
     # Insertion order matters: the first member becomes leader when one must be chosen.
     members: dict[str, Member] = field(default_factory=dict)
+    # Static members: group instance id -> its current member id.
+    static_members: dict[str, str] = field(default_factory=dict)
     # Ids handed out with MEMBER_ID_REQUIRED, each with the deadline for rejoining with it.
     pending: dict[str, int] = field(default_factory=dict)
     # PreparingRebalance: when the join phase ends even if some members have not rejoined.
@@ -76,12 +80,26 @@ class Group:
     def is_leader(self, member_id: str) -> bool:
         return self.leader == member_id
 
+    def is_fenced(self, group_instance_id: str | None, member_id: str) -> bool:
+        """A request naming a static instance whose member id has since been replaced."""
+        if not group_instance_id:
+            return False
+        current = self.static_members.get(group_instance_id)
+        return current is not None and current != member_id
+
     def max_rebalance_timeout_ms(self) -> int:
         return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
 
     def all_rejoined(self) -> bool:
         # Pending members count too: they are about to join and would force another round.
         return not self.pending and all(m.join_ticket is not None for m in self.members.values())
+
+    def remove(self, member_id: str) -> Member:
+        member = self.members.pop(member_id)
+        iid = member.group_instance_id
+        if iid is not None and self.static_members.get(iid) == member_id:
+            del self.static_members[iid]
+        return member
 
     def candidate_protocols(self) -> set[str]:
         """Assignors every current member supports."""

@@ -26,6 +26,7 @@ from vdl.groups.coordinator import (
     random_member_id,
 )
 from vdl.groups.group import Group
+from vdl.groups.group_record import GroupRecord, GroupRecordStore
 from vdl.groups.offsets import CommittedOffset, OffsetStore, TopicPartition
 from vdl.log.error_codes import ErrorCode
 
@@ -75,6 +76,10 @@ class GroupService:
     ) -> None:
         self.coordinator = GroupCoordinator(config, new_member_id)
         self.offsets = OffsetStore(meta)
+        # Group records live in this node's MetaStore; on a cluster they get there through
+        # the metadata group, so the node sets `persist` to propose them instead.
+        self.records = GroupRecordStore(meta)
+        self.persist: Callable[[GroupRecord], None] = self.records.put
         self._wall_clock_ms = wall_clock_ms
         # Only tickets not yet answered; every ticket is eventually answered by the core
         # (deadline, expiry or close), so nothing accumulates here.
@@ -130,7 +135,17 @@ class GroupService:
         # The call may have moved the next deadline earlier; let the driver recompute.
         self._wake.set()
 
+    def load(self) -> int:
+        """Take over every stored group (at start, or on becoming the coordinator);
+        returns how many were loaded."""
+        now = self.now_ms()
+        loaded = sum(self.coordinator.load(now, record) for record in self.records.records())
+        self._after_call()
+        return loaded
+
     def _deliver(self) -> None:
+        for record in self.coordinator.take_records():
+            self.persist(record)
         for ticket, result in self.coordinator.take_completions():
             waiter = self._waiters.pop(ticket, None)
             if waiter is not None:
@@ -158,21 +173,42 @@ class GroupService:
         assignments: Mapping[str, bytes],
         protocol_type: str | None = None,
         protocol: str | None = None,
+        group_instance_id: str | None = None,
     ) -> SyncResult | Waiter:
         outcome = self.coordinator.sync(
-            self.now_ms(), group_id, member_id, generation, assignments, protocol_type, protocol
+            self.now_ms(),
+            group_id,
+            member_id,
+            generation,
+            assignments,
+            protocol_type,
+            protocol,
+            group_instance_id,
         )
         answer = self._register(outcome) if isinstance(outcome, Held) else outcome
         self._after_call()
         return answer
 
-    def heartbeat(self, group_id: str, member_id: str, generation: int) -> ErrorCode:
+    def heartbeat(
+        self,
+        group_id: str,
+        member_id: str,
+        generation: int,
+        group_instance_id: str | None = None,
+    ) -> ErrorCode:
         # No _after_call: a heartbeat only moves a session deadline later and answers no
         # held request, so the driver need not wake (the most frequent call stays cheap).
-        return self.coordinator.heartbeat(self.now_ms(), group_id, member_id, generation)
+        return self.coordinator.heartbeat(
+            self.now_ms(), group_id, member_id, generation, group_instance_id
+        )
 
-    def leave(self, group_id: str, member_ids: Sequence[str]) -> list[ErrorCode]:
-        errors = self.coordinator.leave(self.now_ms(), group_id, member_ids)
+    def leave(
+        self,
+        group_id: str,
+        member_ids: Sequence[str],
+        instance_ids: Sequence[str | None] | None = None,
+    ) -> list[ErrorCode]:
+        errors = self.coordinator.leave(self.now_ms(), group_id, member_ids, instance_ids)
         self._after_call()
         return errors
 
@@ -184,9 +220,17 @@ class GroupService:
 
     # -- committed offsets -----------------------------------------------------------------
 
-    def check_commit(self, group_id: str, member_id: str, generation: int) -> ErrorCode:
+    def check_commit(
+        self,
+        group_id: str,
+        member_id: str,
+        generation: int,
+        group_instance_id: str | None = None,
+    ) -> ErrorCode:
         # Like a heartbeat: at most a session deadline moves later.
-        return self.coordinator.check_commit(self.now_ms(), group_id, member_id, generation)
+        return self.coordinator.check_commit(
+            self.now_ms(), group_id, member_id, generation, group_instance_id
+        )
 
     def commit_offsets(
         self, group_id: str, offsets: Mapping[TopicPartition, tuple[int, str, int]]

@@ -24,6 +24,10 @@ from vdl.security.acl import Operation
 # JoinGroup v4 is the first version whose clients handle MEMBER_ID_REQUIRED (KIP-394).
 _KNOWN_MEMBER_ID_FROM = 4
 _LEAVE_MEMBERS_FROM = 3
+# First versions carrying group_instance_id (static membership, KIP-345).
+_JOIN_INSTANCE_FROM = 5
+_SYNC_INSTANCE_FROM = 3
+_HEARTBEAT_INSTANCE_FROM = 3
 _UNAVAILABLE = ErrorCode.COORDINATOR_NOT_AVAILABLE
 _DENIED = ErrorCode.GROUP_AUTHORIZATION_FAILED
 
@@ -40,6 +44,13 @@ def serving(ctx: RequestContext) -> GroupService | None:
     if groups is None or groups.coordinator_error() != ErrorCode.NONE:
         return None
     return groups
+
+
+def instance_id(request: object, version: int, first: int) -> str | None:
+    """The request's group_instance_id if its version has one (None or "": dynamic)."""
+    if version < first:
+        return None
+    return getattr(request, "group_instance_id", None) or None
 
 
 def unavailable(ctx: RequestContext) -> ErrorCode:
@@ -65,8 +76,8 @@ def handle_join_group(ctx: RequestContext) -> Pending:
             leader=result.leader,
             member_id=result.member_id,
             members=[
-                member(member_id=member_id, group_instance_id=None, metadata=metadata)
-                for member_id, metadata in result.members
+                member(member_id=member_id, group_instance_id=instance, metadata=metadata)
+                for member_id, instance, metadata in result.members
             ],
             version=header.api_version,
         )
@@ -93,6 +104,7 @@ def handle_join_group(ctx: RequestContext) -> Pending:
             protocol_type=request.protocol_type,
             protocols=tuple((p.name, bytes(p.metadata)) for p in request.protocols),
             require_known_member_id=ctx.version >= _KNOWN_MEMBER_ID_FROM,
+            group_instance_id=instance_id(request, ctx.version, _JOIN_INSTANCE_FROM),
         )
     )
     if isinstance(outcome, JoinResult):
@@ -132,6 +144,7 @@ def handle_sync_group(ctx: RequestContext) -> Pending:
         request.member_id,
         request.generation_id,
         {a.member_id: bytes(a.assignment) for a in request.assignments},
+        group_instance_id=instance_id(request, ctx.version, _SYNC_INSTANCE_FROM),
     )
     if isinstance(outcome, SyncResult):
         return ready(encode(outcome))
@@ -154,7 +167,12 @@ def handle_heartbeat(ctx: RequestContext) -> Pending:
     elif groups is None:
         error = unavailable(ctx)
     else:
-        error = groups.heartbeat(request.group_id, request.member_id, request.generation_id)
+        error = groups.heartbeat(
+            request.group_id,
+            request.member_id,
+            request.generation_id,
+            instance_id(request, ctx.version, _HEARTBEAT_INSTANCE_FROM),
+        )
     response = HeartbeatResponse(throttle_time_ms=0, error_code=int(error), version=ctx.version)
     return ready(encode_response(ctx.header, response))
 
@@ -163,6 +181,11 @@ def handle_leave_group(ctx: RequestContext) -> Pending:
     request = decode_request(ctx.header, ctx.frame)
     batched = ctx.version >= _LEAVE_MEMBERS_FROM
     member_ids = [m.member_id for m in request.members] if batched else [request.member_id]
+    instance_ids = (
+        [m.group_instance_id or None for m in request.members]
+        if batched
+        else [None] * len(member_ids)
+    )
     groups = serving(ctx)
     denied = not ctx.may_group(Operation.READ, request.group_id)
     if groups is None or denied:
@@ -171,16 +194,16 @@ def handle_leave_group(ctx: RequestContext) -> Pending:
             throttle_time_ms=0, error_code=int(error), members=[], version=ctx.version
         )
         return ready(encode_response(ctx.header, response))
-    errors = groups.leave(request.group_id, member_ids)
+    errors = groups.leave(request.group_id, member_ids, instance_ids)
     if batched:
         response = LeaveGroupResponse(
             throttle_time_ms=0,
             error_code=0,
             members=[
                 LeaveGroupResponse.MemberResponse(
-                    member_id=member_id, group_instance_id=None, error_code=int(error)
+                    member_id=member_id, group_instance_id=instance, error_code=int(error)
                 )
-                for member_id, error in zip(member_ids, errors, strict=True)
+                for member_id, instance, error in zip(member_ids, instance_ids, errors, strict=True)
             ],
             version=ctx.version,
         )

@@ -62,7 +62,7 @@ def _describe(group: Group | None, group_id: str) -> Any:
             # Metadata and assignments are only meaningful once the group is Stable.
             _DescribedMember(
                 member_id=m.member_id,
-                group_instance_id=None,
+                group_instance_id=m.group_instance_id,
                 client_id=m.client_id,
                 client_host=m.client_host,
                 member_metadata=m.metadata_for(protocol) if stable else b"",

@@ -9,7 +9,7 @@ from kafka.protocol.consumer.group import OffsetCommitResponse, OffsetFetchRespo
 from vdl.groups.offsets import NO_LEADER_EPOCH, NO_OFFSET, TopicPartition, check_metadata
 from vdl.log.error_codes import ErrorCode
 from vdl.net.kafka.apis.context import Pending, RequestContext, Response, ready
-from vdl.net.kafka.apis.groups import serving, unavailable
+from vdl.net.kafka.apis.groups import instance_id, serving, unavailable
 from vdl.net.kafka.control_codec import decode_request, encode_response
 from vdl.security.acl import Operation
 
@@ -19,6 +19,8 @@ _FetchTopic = OffsetFetchResponse.OffsetFetchResponseTopic
 _FetchPartition = _FetchTopic.OffsetFetchResponsePartition
 # OffsetCommit v6 is the first to carry the leader epoch of the committed offset.
 _COMMIT_EPOCH_FROM = 6
+# OffsetCommit v7 is the first to carry the committing member's group instance id.
+_COMMIT_INSTANCE_FROM = 7
 
 
 def _partition_known(ctx: RequestContext, topic: str, partition: int) -> bool:
@@ -35,7 +37,10 @@ def handle_offset_commit(ctx: RequestContext) -> Pending:
         group_error = unavailable(ctx)
     else:
         group_error = groups.check_commit(
-            request.group_id, request.member_id, request.generation_id_or_member_epoch
+            request.group_id,
+            request.member_id,
+            request.generation_id_or_member_epoch,
+            instance_id(request, ctx.version, _COMMIT_INSTANCE_FROM),
         )
     errors: dict[TopicPartition, ErrorCode] = {}
     accepted: dict[TopicPartition, tuple[int, str, int]] = {}
