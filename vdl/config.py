@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any, get_args
 
 from vdl.backends.registry import LOG_BACKENDS, LogBackend
+from vdl.log.producer_state import PRODUCER_ID_EXPIRATION_MS
+from vdl.net.kafka.keepalive import DEFAULT_KEEPALIVE
 
 # The Kafka SASL mechanisms a node can enable (vdl.security.sasl.MECHANISMS).
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -69,6 +71,14 @@ class NodeConfig:
     connections_max_idle_ms: int = 600_000
     producer_byte_rate: int = -1
     consumer_byte_rate: int = -1
+    # TCP keepalive on accepted Kafka connections: the first probe after this much
+    # silence, then one per interval; after `count` unanswered probes the peer is gone.
+    tcp_keepalive_idle_s: int = DEFAULT_KEEPALIVE.idle_s
+    tcp_keepalive_interval_s: int = DEFAULT_KEEPALIVE.interval_s
+    tcp_keepalive_count: int = DEFAULT_KEEPALIVE.count
+    # Kafka's producer.id.expiration.ms: an idempotent producer silent this long is
+    # forgotten by every partition (its next batch is then accepted whatever its sequence).
+    producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS
     shutdown_grace_ms: int = 30_000
     # Consumer groups; names and defaults follow Kafka's group.* broker settings.
     group_initial_rebalance_delay_ms: int = 3000
@@ -147,6 +157,13 @@ def parse_peers(raw: Any) -> tuple[tuple[int, HostPort], ...]:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(NodeConfig)}
+# Linux refuses larger values for TCP_KEEPIDLE / TCP_KEEPINTVL / TCP_KEEPCNT; checked here
+# so a bad value stops the node at start-up instead of being skipped per connection.
+_KEEPALIVE_LIMITS = {
+    "tcp_keepalive_idle_s": 32767,
+    "tcp_keepalive_interval_s": 32767,
+    "tcp_keepalive_count": 127,
+}
 _DC_NAME = re.compile(r"^[A-Za-z0-9._-]{0,64}$")
 
 
@@ -275,6 +292,13 @@ def load_config(argv: Sequence[str], environ: Mapping[str, str]) -> NodeConfig:
         raise ConfigError("connections-max-idle-ms must be at least 1")
     if config.producer_byte_rate == 0 or config.consumer_byte_rate == 0:
         raise ConfigError("a byte rate is positive, or -1 for no quota")
+    for name, top in _KEEPALIVE_LIMITS.items():
+        value = getattr(config, name)
+        if not 1 <= value <= top:
+            flag = name.replace("_", "-")
+            raise ConfigError(f"{flag} must be between 1 and {top}, got {value}")
+    if config.producer_id_expiration_ms < 1:
+        raise ConfigError("producer-id-expiration-ms must be at least 1")
     if config.raft_tick_ms < 1:
         raise ConfigError("raft-tick-ms must be at least 1")
     return config

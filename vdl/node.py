@@ -38,6 +38,7 @@ from vdl.groups.service import GroupService
 from vdl.log.flusher import Flusher
 from vdl.net.grpc import GrpcServer
 from vdl.net.kafka.control_codec import warm_up
+from vdl.net.kafka.keepalive import KeepaliveTiming
 from vdl.net.kafka.quotas import KafkaQuotas
 from vdl.net.kafka.server import KafkaServer
 from vdl.net.ydb.service import YdbFrontEnd
@@ -165,6 +166,7 @@ class Node:
                 default_partitions=config.default_partitions,
                 preallocate_segments=config.segment_preallocate,
                 catalog=catalog,
+                producer_id_expiration_ms=config.producer_id_expiration_ms,
             )
             if config.clustered:
                 raft = config.raft_address()
@@ -283,6 +285,11 @@ class Node:
                     config.consumer_byte_rate if config.consumer_byte_rate > 0 else None,
                 ),
                 connections_max_idle_ms=config.connections_max_idle_ms,
+                keepalive=KeepaliveTiming(
+                    config.tcp_keepalive_idle_s,
+                    config.tcp_keepalive_interval_s,
+                    config.tcp_keepalive_count,
+                ),
             )
             ydb_cluster = None
             if cluster is not None:

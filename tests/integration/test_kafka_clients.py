@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from confluent_kafka import Consumer, TopicPartition
+import socket
+import struct
+
+from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
+from kafka import KafkaProducer
 from kafka import TopicPartition as KTopicPartition
+from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from tests.integration.kafka_clients import (
     check_same_messages,
@@ -92,6 +97,92 @@ def test_list_offsets_by_timestamp(node: NodeProcess) -> None:
         assert consumer.offsets_for_times({tp: 9_000_000})[tp] is None
     finally:
         consumer.close()
+
+
+BASE_MS = 1_700_000_000_000
+STAMPS = [BASE_MS + step * 1000 for step in range(5)]  # records 0..4, one second apart
+
+
+def _batches_in(bootstrap: str, topic: str) -> int:
+    """How many record batches partition 0 holds (a raw fetch of all of it)."""
+    part = FetchRequest.FetchTopic.FetchPartition(
+        partition=0, fetch_offset=0, partition_max_bytes=1 << 20
+    )
+    request = FetchRequest(
+        version=5,
+        max_wait_ms=0,
+        min_bytes=0,
+        max_bytes=1 << 20,
+        topics=[FetchRequest.FetchTopic(topic=topic, partitions=[part])],
+    )
+    request.with_header(correlation_id=1, client_id="batch-count")
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(bytes(request.encode(header=True, framed=True)))
+        size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
+        payload = sock.recv(size, socket.MSG_WAITALL)
+    records = bytes(FetchResponse.decode(payload[4:], version=5).responses[0].partitions[0].records)
+    count, pos = 0, 0
+    while pos + 12 <= len(records):
+        pos += 12 + struct.unpack_from(">i", records, pos + 8)[0]
+        count += 1
+    return count
+
+
+def _check_offsets_for_times(bootstrap: str, topic: str) -> None:
+    """Both clients' offsets_for_times land on the record, not on its batch's first one."""
+    tp = KTopicPartition(topic, 0)
+    consumer = kafka_python_consumer(bootstrap)
+    try:
+        between = consumer.offsets_for_times({tp: BASE_MS + 1500})[tp]
+        assert between is not None
+        assert (between.offset, between.timestamp) == (2, STAMPS[2])
+        exact = consumer.offsets_for_times({tp: STAMPS[3]})[tp]
+        assert exact is not None and (exact.offset, exact.timestamp) == (3, STAMPS[3])
+        first = consumer.offsets_for_times({tp: BASE_MS - 1})[tp]
+        assert first is not None and first.offset == 0
+        assert consumer.offsets_for_times({tp: STAMPS[-1] + 1})[tp] is None
+    finally:
+        consumer.close()
+    confluent = Consumer({"bootstrap.servers": bootstrap, "group.id": "times"})
+    try:
+        # One query per call: librdkafka keeps one timestamp per partition in a request.
+        for ts, offset in ((BASE_MS + 1500, 2), (STAMPS[4] - 1, 4), (STAMPS[-1] + 1, OFFSET_END)):
+            found = confluent.offsets_for_times([TopicPartition(topic, 0, ts)], timeout=10)
+            assert (found[0].offset, found[0].error) == (offset, None), ts
+    finally:
+        confluent.close()
+
+
+def test_offsets_for_times_find_the_record_inside_a_batch(node: NodeProcess) -> None:
+    # kafka-python: sent together under a long linger, flushed as one batch.
+    kafka_python_create_topic(node.bootstrap, "timed-batch", 1)
+    producer = KafkaProducer(bootstrap_servers=node.bootstrap, acks="all", linger_ms=30_000)
+    futures = [
+        producer.send("timed-batch", value=b"r%d" % i, timestamp_ms=ts)
+        for i, ts in enumerate(STAMPS)
+    ]
+    producer.flush(30)
+    producer.close()
+    assert [f.get(0).offset for f in futures] == [0, 1, 2, 3, 4]
+    assert _batches_in(node.bootstrap, "timed-batch") == 1
+    _check_offsets_for_times(node.bootstrap, "timed-batch")
+
+    # confluent-kafka, gzip: the records are found inside the compressed batch too.
+    confluent_create_topic(node.bootstrap, "timed-gzip", 1)
+    gzip_producer = Producer(
+        {
+            "bootstrap.servers": node.bootstrap,
+            "linger.ms": 30_000,
+            "compression.type": "gzip",
+            "acks": "all",
+        }
+    )
+    for i, ts in enumerate(STAMPS):
+        gzip_producer.produce("timed-gzip", value=b"r%d" % i, partition=0, timestamp=ts)
+    assert gzip_producer.flush(30) == 0
+    assert _batches_in(node.bootstrap, "timed-gzip") == 1
+    _check_offsets_for_times(node.bootstrap, "timed-gzip")
 
 
 def test_admin_describe_and_delete(node: NodeProcess) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -92,14 +93,14 @@ def _produce_raw(node: NodeProcess, records: bytes, version: int = 7) -> int:
     return int(response.responses[0].partition_responses[0].error_code)
 
 
-def _batch() -> bytearray:
+def _batch(producer_id: int = -1, sequence: int = -1) -> bytearray:
     builder = DefaultRecordBatchBuilder(
         magic=2,
         compression_type=0,
         is_transactional=False,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
+        producer_id=producer_id,
+        producer_epoch=0 if producer_id >= 0 else -1,
+        base_sequence=sequence,
         batch_size=1 << 20,
     )
     builder.append(0, timestamp=1000, key=None, value=b"hello", headers=[])
@@ -115,6 +116,28 @@ def test_corrupt_batch_is_answered_with_corrupt_message(node: NodeProcess) -> No
     assert _produce_raw(node, bytes(bad)) == 2  # CORRUPT_MESSAGE
     assert _produce_raw(node, bytes(good) + bytes(good)) == 87  # INVALID_RECORD: two batches
     assert node.alive()
+
+
+def test_idle_producers_expire_after_the_configured_time(tmp_path: Path) -> None:
+    """--producer-id-expiration-ms reaches every partition: a producer's sequence gap is
+    refused while it is remembered, and accepted once it has been silent that long."""
+    out_of_order = 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
+    with NodeProcess(tmp_path / "data", "--producer-id-expiration-ms", "1000") as node:
+        kafka_python_create_topic(node.bootstrap, "raw", 1)
+        assert _produce_raw(node, bytes(_batch(producer_id=4242, sequence=0))) == 0
+        assert _produce_raw(node, bytes(_batch(producer_id=4242, sequence=5))) == out_of_order
+        # Another producer keeps the partition busy, which runs the expiry sweep; the
+        # silent one is forgotten after a second (with Kafka's default, after a day).
+        deadline = time.monotonic() + 30
+        other_sequence = 0
+        while _produce_raw(node, bytes(_batch(producer_id=4242, sequence=5))) == out_of_order:
+            assert time.monotonic() < deadline, "producer 4242 was never forgotten"
+            time.sleep(0.2)
+            assert _produce_raw(node, bytes(_batch(7777, other_sequence))) == 0
+            other_sequence += 1
+        # Written and remembered again from there: the next sequence must follow it.
+        assert _produce_raw(node, bytes(_batch(producer_id=4242, sequence=7))) == out_of_order
+        assert _produce_raw(node, bytes(_batch(producer_id=4242, sequence=6))) == 0
 
 
 def test_aiokafka_round_trip(node: NodeProcess) -> None:

@@ -29,6 +29,7 @@ from vdl.broker.topics import (
 from vdl.groups.service import GroupService
 from vdl.log.error_codes import ErrorCode
 from vdl.log.flusher import Flusher
+from vdl.log.producer_state import PRODUCER_ID_EXPIRATION_MS
 from vdl.log.stream import LogStream
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,7 @@ class Broker:
         default_partitions: int = 1,
         preallocate_segments: bool = False,
         catalog: TopicCatalog | None = None,
+        producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
     ) -> None:
         """`catalog`: where topics live (default: this node's MetaStore); a cluster passes
         one that mirrors the metadata group, and opens partition streams itself."""
@@ -76,6 +78,7 @@ class Broker:
         self.auto_create_topics = auto_create_topics
         self.default_partitions = default_partitions
         self._preallocate_segments = preallocate_segments
+        self._producer_id_expiration_ms = producer_id_expiration_ms
         self.catalog = catalog if catalog is not None else TopicCatalog(meta)
         # The cluster this node belongs to; None on a one-node cluster. Set by the node.
         self.cluster: ClusterView | None = None
@@ -129,6 +132,7 @@ class Broker:
             self._flusher,
             self._clock_ms,
             log_append_time=append_time,
+            producer_expiry_ms=self._producer_id_expiration_ms,
         )
 
     def add_stream(self, topic: str, partition: int, stream: LogStream) -> None:

@@ -14,6 +14,10 @@ from dataclasses import dataclass, field
 from vdl.log.error_codes import ErrorCode
 
 RETAINED_BATCHES = 5  # what librdkafka and kafka-python keep in flight per connection
+# Kafka's producer.id.expiration.ms default (the node's --producer-id-expiration-ms): a
+# producer silent this long is forgotten, which only means its next batch is accepted
+# whatever its sequence (see ProducerStateTable.check).
+PRODUCER_ID_EXPIRATION_MS = 24 * 3600 * 1000
 _SEQUENCE_WRAP = 1 << 31
 
 

@@ -20,17 +20,23 @@ import trio
 from vdl.backends.api import Buffer, Entry, EntryType, LogStore
 from vdl.log.error_codes import ErrorCode
 from vdl.log.flusher import Flusher
-from vdl.log.producer_state import Accept, Duplicate, ProducerStateTable, Refuse
+from vdl.log.producer_state import (
+    PRODUCER_ID_EXPIRATION_MS,
+    Accept,
+    Duplicate,
+    ProducerStateTable,
+    Refuse,
+)
 from vdl.log.record_batch import BatchInfo, assign_offsets, parse_batch_header
+from vdl.log.timestamp_index import TimestampIndex, first_record_at
 from vdl.log.ydb_mapping import YdbProducerTable
 
 # The term written with every entry while a stream has a single replica; Raft starts here.
 SINGLE_NODE_TERM = 1
-# Kafka's producer.id.expiration.ms: a producer silent this long is forgotten, which only
-# means its next batch is accepted whatever its sequence (see ProducerStateTable.check).
-PRODUCER_ID_EXPIRATION_MS = 24 * 3600 * 1000
 # Kafka's producer.id.expiration.check.interval.ms: expiry is a sweep, not per append.
 _EXPIRY_CHECK_MS = 10 * 60 * 1000
+# A timestamp search reads the log in pieces of this size.
+_SEARCH_READ_BYTES = 64 * 1024
 
 
 class StreamError(Exception):
@@ -72,9 +78,10 @@ class LogStream:
         self._waiter_seq = itertools.count()
         self._watchers: set[trio.Event] = set()
         self.producers = ProducerStateTable()
+        self._timestamps = TimestampIndex()
         self._producer_expiry_ms = producer_expiry_ms
         self._next_expiry_ms = clock_ms() + min(_EXPIRY_CHECK_MS, producer_expiry_ms)
-        self._rebuild_producer_state()
+        self._rebuild_batch_state()
         self._ydb_producers: YdbProducerTable | None = None
         # Set by attach_replication: a Raft group's driver decides commits, not the flusher.
         self._replicated = False
@@ -118,10 +125,14 @@ class LogStream:
         self._next_expiry_ms = now_ms + min(_EXPIRY_CHECK_MS, self._producer_expiry_ms)
         self.producers.expire(now_ms, self._producer_expiry_ms)
 
-    def _rebuild_producer_state(self) -> None:
+    def _rebuild_batch_state(self) -> None:
+        """The producer table and the timestamp index, from the batch headers stored."""
+        self.producers = ProducerStateTable()
+        self._timestamps = TimestampIndex()
         now = self._clock_ms()
         for _index, header in self._store.data_headers():
             info = parse_batch_header(header)
+            self._timestamps.add(info.base_offset, info.max_timestamp, info.size)
             self.producers.record(
                 info.producer_id,
                 info.producer_epoch,
@@ -182,6 +193,7 @@ class LogStream:
         if self._replicated:
             self._unsynced.append((index, last + 1))
         timestamp = now if append_time is not None else -1
+        self._timestamps.add(base, info.max_timestamp if append_time is None else now, info.size)
         self.producers.record(
             info.producer_id,
             info.producer_epoch,
@@ -288,18 +300,37 @@ class LogStream:
             return []
         return self._store.read_batches(offset, max_bytes, self._commit_index)
 
+    def batch_for_timestamp(self, timestamp_ms: int) -> Buffer | None:
+        """The first committed batch with a record at or after timestamp_ms, if any.
+
+        The index skips what is older (see timestamp_index.py), so this reads at most
+        about one checkpoint interval, like a fetch; the store is single-threaded, so it
+        is read here, on the stream's own thread. `first_record_at` then finds the record.
+        """
+        start = self._timestamps.start_for(timestamp_ms)
+        if start is None:
+            return None
+        offset = max(start, self.log_start_offset)
+        while True:
+            batches = self.read(offset, _SEARCH_READ_BYTES)
+            if not batches:
+                return None
+            for batch in batches:
+                info = parse_batch_header(batch)
+                if info.max_timestamp >= timestamp_ms:
+                    return batch
+            offset = info.next_offset
+
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
-        """First committed offset whose batch has a timestamp >= timestamp_ms, if any."""
-        for index, header in self._store.data_headers():
-            if index > self._commit_index:
-                break
-            info = parse_batch_header(header)
-            if info.max_timestamp >= timestamp_ms:
-                return max(info.base_offset, self.log_start_offset)
-        return None
+        """First committed offset of a record with a timestamp >= timestamp_ms, if any."""
+        batch = self.batch_for_timestamp(timestamp_ms)
+        return None if batch is None else first_record_at(batch, timestamp_ms)[0]
 
     def apply_retention(self) -> int:
-        return self._store.apply_retention(self._clock_ms())
+        removed = self._store.apply_retention(self._clock_ms())
+        if removed:
+            self._timestamps.drop_before(self.log_start_offset)
+        return removed
 
     async def close(self) -> None:
         """Answer waiters with an error, wait out an in-flight sync, close the store."""
@@ -346,6 +377,7 @@ class LogStream:
         self._unsynced.append((index, info.next_offset))
         now = self._clock_ms()
         self._expire_producers(now)
+        self._timestamps.add(info.base_offset, info.max_timestamp, info.size)
         self.producers.record(
             info.producer_id,
             info.producer_epoch,
@@ -366,8 +398,7 @@ class LogStream:
         self._high_watermark = self._local_durable = end
         self._commit_waiters = self._fail_from(self._commit_waiters, end)
         self._durable_waiters = self._fail_from(self._durable_waiters, end)
-        self.producers = ProducerStateTable()
-        self._rebuild_producer_state()
+        self._rebuild_batch_state()
         self._ydb_producers = None
         self._wake()
 
@@ -383,9 +414,9 @@ class LogStream:
         self._local_durable = min(self._local_durable, next_offset)
         self._commit_waiters = self._fail_from(self._commit_waiters, next_offset)
         self._durable_waiters = self._fail_from(self._durable_waiters, next_offset)
-        # Sequences of the removed batches must be accepted again from the new leader.
-        self.producers = ProducerStateTable()
-        self._rebuild_producer_state()
+        # Sequences of the removed batches must be accepted again from the new leader,
+        # and their timestamps no longer count.
+        self._rebuild_batch_state()
         self._ydb_producers = None
         return next_offset
 

@@ -1,12 +1,20 @@
 """Produce and fetch byte-rate quotas per client id, as Kafka brokers apply them.
 
 Each client id has a token bucket per direction, refilled at the configured rate and
-holding at most one second's worth (a burst). A request takes its bytes (produce: the
-request's size; fetch: the records returned), and may drive the bucket negative; the time
-the bucket needs to get back to zero is the throttle. As Kafka does since KIP-219, the
-response goes out at once carrying `throttle_time_ms`, and the connection reads nothing
-more from that client until the throttle has passed, so a client that ignores the hint is
-slowed all the same.
+holding at most one second's worth (a burst). The two directions differ as in Kafka's
+KafkaApis since KIP-219:
+
+- produce: the request's bytes are charged whatever the bucket holds (the records are
+  already appended), so the bucket may go negative; the time it needs to get back to zero
+  is the throttle, sent with the normal response.
+- fetch: the response's bytes are charged only if the bucket can pay them (`admit`).
+  Otherwise nothing is charged and the fetch is answered with no records, carrying the
+  time until the bucket could pay: the records stay in the log and are read again then.
+  A response bigger than the whole burst is let through from a full bucket (and becomes
+  debt), so a consumer always makes progress.
+
+Either way the connection reads nothing more from that client until the throttle has
+passed (`pause_s`), so a client that ignores the hint is slowed all the same.
 
 Sans-I/O: time comes in as seconds on any monotonic clock.
 """
@@ -24,6 +32,9 @@ _SWEEP_EVERY = 1024
 class _Bucket:
     tokens: float
     at: float
+    # A refused fetch leaves the tokens as they were, so the wait it announced is kept
+    # here for the connection to honour.
+    blocked_until: float = 0.0
 
 
 class ByteRate:
@@ -53,13 +64,29 @@ class ByteRate:
             self._sweep(now)
         return self._throttle_ms(bucket)
 
+    def admit(self, client_id: str, nbytes: int, now: float) -> int:
+        """Charge `nbytes` only if the bucket can pay them: 0 if it did; otherwise the
+        milliseconds until it could, with nothing charged."""
+        bucket = self._buckets.get(client_id)
+        if bucket is None:
+            bucket = self._buckets[client_id] = _Bucket(self.capacity, now)
+        self._refill(bucket, now)
+        need = min(float(nbytes), self.capacity)
+        if bucket.tokens >= need:
+            bucket.tokens -= nbytes
+            return 0
+        wait_ms = math.ceil((need - bucket.tokens) / self.rate * 1000)
+        bucket.blocked_until = max(bucket.blocked_until, now + wait_ms / 1000)
+        return wait_ms
+
     def throttle_ms(self, client_id: str, now: float) -> int:
         """How long the client must still wait, without charging anything."""
         bucket = self._buckets.get(client_id)
         if bucket is None:
             return 0
         self._refill(bucket, now)
-        return self._throttle_ms(bucket)
+        blocked = math.ceil(max(bucket.blocked_until - now, 0.0) * 1000)
+        return max(self._throttle_ms(bucket), blocked)
 
     def _throttle_ms(self, bucket: _Bucket) -> int:
         if bucket.tokens >= 0:
@@ -70,6 +97,7 @@ class ByteRate:
         for client_id in list(self._buckets):
             bucket = self._buckets[client_id]
             self._refill(bucket, now)
+            # A full bucket has outlived any wait it announced (see admit).
             if bucket.tokens >= self.capacity:
                 del self._buckets[client_id]
 
@@ -88,8 +116,9 @@ class KafkaQuotas:
     def record_produce(self, client_id: str, nbytes: int, now: float) -> int:
         return 0 if self.produce is None else self.produce.record(client_id, nbytes, now)
 
-    def record_fetch(self, client_id: str, nbytes: int, now: float) -> int:
-        return 0 if self.fetch is None else self.fetch.record(client_id, nbytes, now)
+    def admit_fetch(self, client_id: str, nbytes: int, now: float) -> int:
+        """0: send the records; otherwise answer without them, with this throttle."""
+        return 0 if self.fetch is None else self.fetch.admit(client_id, nbytes, now)
 
     def pause_s(self, client_id: str, now: float) -> float:
         """How long to stop reading from a connection of this client (the larger debt)."""

@@ -11,7 +11,7 @@ from vdl.broker.broker import Broker
 from vdl.config import HostPort
 from vdl.net.kafka.apis.context import NodeInfo
 from vdl.net.kafka.connection import KafkaConnection
-from vdl.net.kafka.keepalive import enable_keepalive
+from vdl.net.kafka.keepalive import DEFAULT_KEEPALIVE, KeepaliveTiming, enable_keepalive
 from vdl.net.kafka.quotas import KafkaQuotas
 from vdl.security.service import NO_SECURITY, Security
 from vdl.security.tls import common_name
@@ -35,7 +35,9 @@ class KafkaServer:
         security: Security = NO_SECURITY,
         quotas: KafkaQuotas | None = None,
         connections_max_idle_ms: int | None = None,
+        keepalive: KeepaliveTiming = DEFAULT_KEEPALIVE,
     ) -> None:
+        self._keepalive = keepalive
         # One quota state for the whole listener: a client id is throttled across all
         # of its connections, as in Kafka.
         self._quotas = quotas
@@ -86,7 +88,7 @@ class KafkaServer:
 
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
         try:
-            enable_keepalive(stream)
+            enable_keepalive(stream, self._keepalive)
         except OSError as exc:
             log.debug("keepalive not set: %s", exc)
         try:

@@ -2,9 +2,14 @@
 
 Every requested partition is answered (kafka-python drops a sessionless response whose
 partition set differs from the request), and session id 0 keeps clients sessionless.
+
+A client over its consume quota gets, as from Kafka (KafkaApis.handleFetchRequest), a
+response without records that carries throttle_time_ms (see quotas.py).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import trio
 
@@ -21,16 +26,25 @@ from vdl.net.kafka.fetch_codec import (
 )
 from vdl.security.acl import Operation
 
+_Topics = list[tuple[str, list[FetchPartitionResult]]]
+
+
+def without_records(topics: _Topics) -> _Topics:
+    """The throttled form of a response: every partition as it was (its high watermark,
+    log start offset, or its error), but no records; the client fetches them again once
+    its throttle has passed."""
+    return [(name, [replace(result, records=[]) for result in results]) for name, results in topics]
+
 
 def _collect(
     ctx: RequestContext, request: FetchRequest
-) -> tuple[list[tuple[str, list[FetchPartitionResult]]], int, bool, list[LogStream]]:
+) -> tuple[_Topics, int, bool, list[LogStream]]:
     """One pass over the requested partitions: (results, bytes, any error, streams read)."""
     remaining = request.max_bytes
     total = 0
     errors = False
     streams: list[LogStream] = []
-    topics: list[tuple[str, list[FetchPartitionResult]]] = []
+    topics: _Topics = []
     for topic in request.topics:
         results: list[FetchPartitionResult] = []
         readable = ctx.may_topic(Operation.READ, topic.name)
@@ -91,9 +105,12 @@ def handle_fetch(ctx: RequestContext) -> Pending:
             await ctx.broker.wait_for_data(streams, deadline - now)
         throttle_ms = 0
         if ctx.quotas is not None:
-            # Charged after the read (the bytes are known only now); the connection holds
-            # this client's next request back until the throttle has passed.
-            throttle_ms = ctx.quotas.record_fetch(ctx.header.client_id or "", total, now)
+            # Decided after the read, as Kafka does: the bytes are known only now. A
+            # refused response costs the client nothing against its quota, and the
+            # connection holds its next request back until the throttle has passed.
+            throttle_ms = ctx.quotas.admit_fetch(ctx.header.client_id or "", total, now)
+            if throttle_ms > 0:
+                topics = without_records(topics)
         return encode_fetch_response(version, correlation_id, throttle_ms, 0, 0, topics)
 
     return finish

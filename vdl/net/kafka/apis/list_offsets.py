@@ -1,55 +1,102 @@
-"""ListOffsets: earliest (log start), latest (high watermark) or the first offset at a time."""
+"""ListOffsets: earliest (log start), latest (high watermark) or the first offset at a time.
+
+By timestamp, as Kafka answers it: the offset and timestamp of the first record (not
+batch) whose timestamp is at or after the one asked for, or -1/-1 if there is none. The
+stream finds the batch holding it through its timestamp index (a bounded read); the
+batch's records are decoded in a worker thread, off the event loop.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
+import trio
 from kafka.protocol.consumer import ListOffsetsResponse
 
+from vdl.backends.api import Buffer
 from vdl.broker.topics import TopicError
 from vdl.log.error_codes import ErrorCode
-from vdl.net.kafka.apis.context import Pending, RequestContext, ready
+from vdl.log.timestamp_index import NO_TIMESTAMP, first_record_at
+from vdl.net.kafka.apis.context import Pending, RequestContext, Response
 from vdl.net.kafka.control_codec import decode_request, encode_response
 from vdl.security.acl import Operation
 
 LATEST = -1
 EARLIEST = -2
+# Not reachable: it needs ListOffsets v7 and we advertise up to v5 (versions.py).
 MAX_TIMESTAMP = -3
 
 _TopicResult = ListOffsetsResponse.ListOffsetsTopicResponse
 _PartitionResult = _TopicResult.ListOffsetsPartitionResponse
 
 
+@dataclass(slots=True)
+class _Answer:
+    error: int = 0
+    offset: int = -1
+    timestamp: int = NO_TIMESTAMP
+    # A timestamp search: the batch holding the record, still to be decoded.
+    batch: Buffer | None = None
+    target: int = 0
+
+
+def _decode(answers: list[_Answer]) -> None:
+    for answer in answers:
+        assert answer.batch is not None
+        answer.offset, answer.timestamp = first_record_at(answer.batch, answer.target)
+        answer.batch = None
+
+
 def handle_list_offsets(ctx: RequestContext) -> Pending:
     request = decode_request(ctx.header, ctx.frame)
-    topics = []
-    for topic in request.topics:
-        partitions = []
-        for part in topic.partitions:
-            error, offset, timestamp = 0, -1, -1
-            try:
-                if not ctx.may_topic(Operation.DESCRIBE, topic.name):
-                    raise TopicError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, topic.name)
-                stream = ctx.broker.leader_stream(topic.name, part.partition_index)
-            except TopicError as exc:
-                error = int(exc.error)
-            else:
-                if part.timestamp == LATEST:
-                    # Without transactions the last stable offset is the high watermark.
-                    offset = stream.high_watermark
-                elif part.timestamp == EARLIEST:
-                    offset = stream.log_start_offset
-                else:
-                    found = stream.offset_for_timestamp(part.timestamp)
-                    if found is not None:
-                        offset, timestamp = found, part.timestamp
-            partitions.append(
-                _PartitionResult(
-                    partition_index=part.partition_index,
-                    error_code=error,
-                    timestamp=timestamp,
-                    offset=offset,
-                    leader_epoch=-1,
-                )
+    # Everything that touches streams happens now, in the request's turn; only the decoding
+    # of the batches found is left for later.
+    answers = [
+        (
+            topic.name,
+            [(part.partition_index, _lookup(ctx, topic.name, part)) for part in topic.partitions],
+        )
+        for topic in request.topics
+    ]
+    searches = [a for _, partitions in answers for _, a in partitions if a.batch is not None]
+
+    async def finish() -> Response:
+        if searches:
+            await trio.to_thread.run_sync(_decode, searches)
+        topics = [
+            _TopicResult(
+                name=name,
+                partitions=[
+                    _PartitionResult(
+                        partition_index=index,
+                        error_code=answer.error,
+                        timestamp=answer.timestamp,
+                        offset=answer.offset,
+                        leader_epoch=-1,
+                    )
+                    for index, answer in partitions
+                ],
             )
-        topics.append(_TopicResult(name=topic.name, partitions=partitions))
-    response = ListOffsetsResponse(throttle_time_ms=0, topics=topics, version=ctx.version)
-    return ready(encode_response(ctx.header, response))
+            for name, partitions in answers
+        ]
+        response = ListOffsetsResponse(throttle_time_ms=0, topics=topics, version=ctx.version)
+        return encode_response(ctx.header, response)
+
+    return finish
+
+
+def _lookup(ctx: RequestContext, topic: str, part: Any) -> _Answer:
+    try:
+        if not ctx.may_topic(Operation.DESCRIBE, topic):
+            raise TopicError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, topic)
+        stream = ctx.broker.leader_stream(topic, part.partition_index)
+    except TopicError as exc:
+        return _Answer(error=int(exc.error))
+    if part.timestamp == LATEST:
+        # Without transactions the last stable offset is the high watermark.
+        return _Answer(offset=stream.high_watermark)
+    if part.timestamp == EARLIEST:
+        return _Answer(offset=stream.log_start_offset)
+    batch = stream.batch_for_timestamp(part.timestamp)
+    return _Answer(batch=batch, target=part.timestamp)
