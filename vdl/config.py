@@ -122,6 +122,14 @@ class NodeConfig:
     # The data centre this node is in ("" for none): partition leaders move to the nodes of
     # a topic's preferred.dc (VDL 3.2), so a label must be the same string on every node.
     dc: str = ""
+    # The DC the metadata group's leader (the controller and group coordinator) moves to
+    # when a voter there is healthy; "" for none. Only the current leader's value counts,
+    # so give every node the same one.
+    metadata_dc: str = ""
+    # Partition leaders hand leadership to their preferred replica (the first of the
+    # assignment, or the first in the topic's preferred.dc) when it is healthy: Kafka's
+    # auto.leader.rebalance.enable.
+    leader_rebalance: bool = True
 
     @property
     def clustered(self) -> bool:
@@ -213,12 +221,12 @@ def _convert(name: str, raw: Any) -> Any:
             return raw
         if name == "log_level":
             return str(raw).upper()
-        if name == "dc":
+        if name in ("dc", "metadata_dc"):
             text = str(raw).strip()
             if not _DC_NAME.match(text):
                 raise ConfigError("expected up to 64 characters of [A-Za-z0-9._-]")
             return text
-        if name in ("auto_create_topics", "join", "segment_preallocate"):
+        if name in ("auto_create_topics", "join", "segment_preallocate", "leader_rebalance"):
             if isinstance(raw, bool):
                 return raw
             lowered = str(raw).lower()

@@ -180,6 +180,8 @@ class Node:
                         log_backend=config.log_backend,
                         join=config.join,
                         dc=config.dc,
+                        metadata_dc=config.metadata_dc,
+                        leader_rebalance=config.leader_rebalance,
                         raft_tls=self._raft_tls,
                     ),
                     broker,

@@ -3,14 +3,42 @@ checker, groups on a cluster): start, kill -9, restart, and ask who leads what."
 
 from __future__ import annotations
 
+import socket
+import struct
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from tests.integration.node_process import NodeProcess, free_port
+
+
+def partition_seen_by(
+    node: NodeProcess, topic: str, partition: int = 0
+) -> tuple[set[int], int, list[int], list[int]]:
+    """(brokers, leader, replicas, isr) of a partition as `node` itself says; only its
+    leader knows the ISR (others report the replicas). Asked over a socket of our own: a
+    Kafka client sends Metadata to whichever broker it likes."""
+    request = MetadataRequest(version=1, topics=[MetadataRequest.MetadataRequestTopic(name=topic)])
+    request.with_header(correlation_id=1, client_id="cluster-test")
+    with socket.create_connection(("127.0.0.1", node.kafka_port), timeout=10) as sock:
+        sock.sendall(bytes(request.encode(header=True, framed=True)))
+        head = sock.recv(4, socket.MSG_WAITALL)
+        if len(head) < 4:
+            raise ConnectionError(f"node at {node.bootstrap} closed the connection")
+        payload = sock.recv(struct.unpack(">i", head)[0], socket.MSG_WAITALL)
+    md = MetadataResponse.decode(payload[4:], version=1)
+    parts = {int(p.partition_index): p for t in md.topics if t.name == topic for p in t.partitions}
+    part = parts[partition]
+    return (
+        {int(b.node_id) for b in md.brokers},
+        int(part.leader_id),
+        sorted(part.replica_nodes),
+        sorted(part.isr_nodes),
+    )
 
 
 class Cluster:

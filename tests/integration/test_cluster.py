@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from tests.integration.cluster_support import partition_seen_by
 from tests.integration.node_process import NodeProcess, free_port
 
 TOPIC = "replicated"
@@ -125,9 +126,10 @@ def _read_all(
 
 def test_metadata_lists_every_node_and_the_partitions_replicas(cluster: Cluster) -> None:
     _create_topic(cluster)
-    leader = _wait_for_leader(cluster, TOPIC)
     deadline = time.monotonic() + 30
     while True:
+        # Asked each time: leadership may move to the partition's preferred replica.
+        leader = _wait_for_leader(cluster, TOPIC)
         md = _metadata(cluster.nodes[1].bootstrap)
         brokers = {b.id: f"{b.host}:{b.port}" for b in md.brokers.values()}  # type: ignore[attr-defined]
         topic_md = md.topics.get(TOPIC)  # type: ignore[attr-defined]
@@ -186,7 +188,9 @@ def test_acked_messages_survive_killing_the_leader(cluster: Cluster) -> None:
     produce(300)
     producer.flush(30)
     assert len(acked) == 300, errors[:3]
-    # Kill the leader while more messages are in flight.
+    # Kill the leader while more messages are in flight (asked again: it may have handed
+    # leadership to the partition's preferred replica since).
+    leader = _wait_for_leader(cluster, TOPIC)
     produce(200)
     cluster.nodes[leader].kill()
     produce(300)
@@ -205,13 +209,18 @@ def test_acked_messages_survive_killing_the_leader(cluster: Cluster) -> None:
         assert by_offset.get(offset) == value, (value, offset)
     assert [o for o, _ in read] == list(range(len(read)))
     # The killed node restarts and rejoins: the leader hears from every replica again.
+    # (Leadership may go back to it, if it is the partition's preferred replica.)
     cluster.nodes[leader].start()
     deadline = time.monotonic() + 60
     while True:
-        md = _metadata(cluster.nodes[new_leader].bootstrap)
-        part = md.topics[TOPIC].partitions[0]  # type: ignore[attr-defined]
-        if part.leader == new_leader and sorted(part.isrs) == [1, 2, 3]:
-            break
+        try:
+            _, current, _, _ = partition_seen_by(cluster.nodes[new_leader], TOPIC)
+            if current > 0:
+                _, confirmed, _, isr = partition_seen_by(cluster.nodes[current], TOPIC)
+                if confirmed == current and isr == [1, 2, 3]:
+                    break
+        except (KeyError, OSError):
+            pass
         assert time.monotonic() < deadline, "restarted node did not rejoin"
         time.sleep(0.3)
     # Stop the others: the restarted node and one more must hold everything.

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import trio
 from confluent_kafka import KafkaException, Producer
-from confluent_kafka.admin import AdminClient
 
+from tests.integration.cluster_support import partition_seen_by
 from tests.integration.node_process import NodeProcess, free_port
 from tests.integration.test_cluster import TOPIC, Cluster, _create_topic, _read_all
 from vdl.consensus.transport import send_admin_command
@@ -37,27 +37,19 @@ def _admin(cluster: Cluster, command: dict[str, object]) -> None:
     trio.run(send_admin_command, ("127.0.0.1", cluster.raft_ports[1]), raw)
 
 
-def _partition(bootstrap: str) -> tuple[set[int], int, list[int], list[int]]:
-    """(brokers, leader, replicas, isr) of partition 0, as the node at `bootstrap` says."""
-    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(TOPIC, timeout=10)
-    part = md.topics[TOPIC].partitions[0]
-    brokers = set(md.brokers)
-    return brokers, part.leader, sorted(part.replicas), sorted(part.isrs)
-
-
 def _wait(cluster: Cluster, what: str, check: object, timeout: float = 60) -> None:
     """Until `check(brokers, replicas, leader's isr)` holds, as node 1 and the leader say."""
     assert callable(check)
     deadline = time.monotonic() + timeout
     while True:
         try:
-            brokers, leader, replicas, _ = _partition(cluster.nodes[1].bootstrap)
+            brokers, leader, replicas, _ = partition_seen_by(cluster.nodes[1], TOPIC)
             if leader > 0 and leader in cluster.nodes:
                 # Only the leader knows the ISR (others report the replicas).
-                _, confirmed, _, isr = _partition(cluster.nodes[leader].bootstrap)
+                _, confirmed, _, isr = partition_seen_by(cluster.nodes[leader], TOPIC)
                 if confirmed == leader and check(brokers, replicas, isr):
                     return
-        except (KafkaException, KeyError):
+        except (KafkaException, KeyError, OSError):
             pass
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.3)

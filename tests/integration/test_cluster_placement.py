@@ -60,7 +60,15 @@ def _create(cluster: Cluster) -> None:
 def _described_preference(cluster: Cluster) -> str:
     admin = AdminClient({"bootstrap.servers": cluster.alive_bootstrap()})
     resource = ConfigResource("topic", TOPIC)
-    configs = admin.describe_configs([resource])[resource].result(timeout=10)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            configs = admin.describe_configs([resource])[resource].result(timeout=10)
+            break
+        except KafkaException:
+            # The node asked may not have applied the new topic yet.
+            assert time.monotonic() < deadline, "the topic's configs were never described"
+            time.sleep(0.2)
     entry = configs["preferred.dc"]
     assert not entry.is_default
     return str(entry.value)

@@ -8,8 +8,9 @@ a partition whose replica list names this node gets a stream, a `StreamReplica` 
 addresses through group 0 (forwarding the command to its leader when it does not lead),
 and gossips which partition groups it leads (`leader_gossip.py`), so it can name the
 leaders of partitions it does not host. A node's `--dc` label is registered with its
-addresses; the leaders of topics with a preferred DC hand leadership to a healthy voter
-there (`placement_leader.py`).
+addresses; partition leaders hand leadership to their preferred replica (the first of the
+assignment, or the first in the topic's preferred DC) and group 0's leader to a voter in
+`--metadata-dc` once those are healthy (`placement_leader.py`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from vdl.cluster.leader_gossip import (
 from vdl.cluster.metadata import METADATA_GROUP, MetadataState, Placement
 from vdl.cluster.metadata_group import MetadataGroup, ProposalLost
 from vdl.cluster.placement import assign_replicas, default_replication_factor
-from vdl.cluster.placement_leader import LeaderPlacement, preferred_dc
+from vdl.cluster.placement_leader import LeaderPlacement, LedGroup, preferred_dc
 from vdl.cluster.reconfigure import next_change
 from vdl.consensus.driver import DriverOptions, GroupDriver
 from vdl.consensus.errors import ConsensusError
@@ -79,6 +80,8 @@ class ClusterSettings:
     # Not an initial member: ask the members in `peers` to add this node (README).
     join: bool = False
     dc: str = ""  # this node's data-centre label, registered with its addresses
+    metadata_dc: str = ""  # where group 0's leader belongs ("" for anywhere)
+    leader_rebalance: bool = True  # partition leaders move to their preferred replica
     # Mutual TLS on every raft connection (README "Security"); None: plain TCP.
     raft_tls: PeerTls | None = None
 
@@ -329,12 +332,17 @@ class ClusterManager:
             return
         log.info("group %d: %s node %d", driver.group_id, change.type.name, change.node_id)
 
-    def _led_groups(self) -> Iterator[tuple[GroupDriver, str]]:
-        """The partition groups led here, each with its topic's preferred DC."""
-        for (name, _), hosted in list(self._hosted.items()):
+    def _led_groups(self) -> Iterator[LedGroup]:
+        """The groups led here, each with what decides where its leader belongs."""
+        if self._driver0.is_leader and self.settings.metadata_dc:
+            yield LedGroup(self._driver0, self.settings.metadata_dc)
+        for (name, partition), hosted in list(self._hosted.items()):
             topic = self.state.topics.get(name)
-            if topic is not None and hosted.driver.is_leader:
-                yield hosted.driver, preferred_dc(topic)
+            placement = self.state.placements.get(name)
+            if topic is None or placement is None or not hosted.driver.is_leader:
+                continue
+            replicas = placement.replicas[partition] if self.settings.leader_rebalance else ()
+            yield LedGroup(hosted.driver, preferred_dc(topic), replicas)
 
     def _dcs(self) -> dict[int, str]:
         return {node: address.dc for node, address in self.state.nodes.items()}

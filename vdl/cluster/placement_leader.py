@@ -1,27 +1,32 @@
-"""Leaders in the preferred data centre (VDL 3.2).
+"""Moving leaders to where they should be: the loop, and a topic's preferred DC.
 
 A topic may name a preferred data centre (its `preferred.dc` config, or a YDB attribute of
 that name); nodes carry a `--dc` label registered through the metadata group. Clients are
-served by partition leaders, so a topic's leaders should sit where its clients are. An
-election may put a leader anywhere (the preferred nodes were down, or lost the race); the
-leader of each partition group therefore checks now and then whether a voter of the
-preferred DC is healthy again and, if so, hands leadership to it.
+served by partition leaders, so a topic's leaders should sit where its clients are, and
+(leader balancing) each partition should be led by its preferred replica so leaders spread
+over the nodes. An election may put a leader anywhere (the preferred nodes were down, or
+lost the race); the leader of each group therefore checks now and then whether the replica
+that should lead is healthy and, if so, hands leadership to it. The metadata group takes
+part too, with the node's `--metadata-dc` as its preferred DC and no balancing.
 
-`transfer_target` is the decision, a pure function; `LeaderPlacement` is the thin loop that
-applies it to the groups this node leads. Flapping is ruled out twice: a leader already in
-the preferred DC never moves, and each group gets at most one attempt per `retry_s` (a
-transfer the target cannot finish is abandoned by the core after an election timeout, and
-proposals are refused while it runs, so repeated attempts would cost writes).
+The decision is `preferred_leader.leader_target`, a pure function; `LeaderPlacement` is the
+thin loop that applies it to the groups this node leads. Flapping is ruled out twice: a
+leader already where it should be never moves (and every move strictly improves the
+leader's rank), and each group gets at most one attempt per `retry_s` (a transfer the
+target cannot finish is abandoned by the core after an election timeout, and proposals are
+refused while it runs, so repeated attempts would cost writes).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from typing import NamedTuple
 
 import trio
 
 from vdl.broker.topics import Topic
+from vdl.cluster.preferred_leader import leader_target
 from vdl.consensus.driver import GroupDriver
 from vdl.consensus.errors import ConsensusError
 
@@ -36,43 +41,20 @@ def preferred_dc(topic: Topic) -> str:
     return topic.configs.get(PREFERRED_DC) or topic.attributes.get(PREFERRED_DC, "")
 
 
-def transfer_target(
-    *,
-    leader: int,
-    preferred: str,
-    dcs: Mapping[int, str],
-    voters: frozenset[int],
-    in_contact: frozenset[int],
-    match: Mapping[int, int],
-    commit_index: int,
-) -> int | None:
-    """The voter leadership should move to, or None to stay.
+class LedGroup(NamedTuple):
+    """A group this node leads, with what decides where its leader belongs."""
 
-    Healthy means heard from within an election timeout (`in_contact`) and holding every
-    committed entry (`match`), so it can take over at once and its election cannot fail for
-    a stale log. Among several, the most caught-up one (then the lowest id) is picked.
-    """
-    if not preferred or dcs.get(leader, "") == preferred:
-        return None
-    healthy = [
-        node
-        for node in voters
-        if node != leader
-        and dcs.get(node, "") == preferred
-        and node in in_contact
-        and match.get(node, 0) >= commit_index
-    ]
-    if not healthy:
-        return None
-    return min(healthy, key=lambda node: (-match.get(node, 0), node))
+    driver: GroupDriver
+    preferred_dc: str = ""  # "" for none
+    # The assignment in order, its first replica the preferred leader; () for no balancing.
+    replicas: tuple[int, ...] = ()
 
 
-# Per led group: its driver and the preferred DC of its topic.
-LedGroups = Callable[[], Iterable[tuple[GroupDriver, str]]]
+LedGroups = Callable[[], Iterable[LedGroup]]
 
 
 class LeaderPlacement:
-    """Runs `transfer_target` over the partition groups this node leads."""
+    """Runs `leader_target` over the groups this node leads."""
 
     def __init__(
         self,
@@ -98,15 +80,16 @@ class LeaderPlacement:
         """One pass; the (group, target) transfers started."""
         dcs = self._dcs()
         started = []
-        for driver, preferred in self._led():
+        for driver, preferred, replicas in self._led():
             if not driver.is_leader:
                 continue
             group = driver.group_id
             last = self._attempts.get(group)
             if last is not None and now - last < self._retry_s:
                 continue
-            target = transfer_target(
+            target = leader_target(
                 leader=driver.node_id,
+                replicas=replicas,
                 preferred=preferred,
                 dcs=dcs,
                 voters=driver.voters,
@@ -127,7 +110,11 @@ class LeaderPlacement:
             self.transfers += 1
             started.append((group, target))
             log.info(
-                "group %d: leadership to node %d, in preferred dc %r", group, target, preferred
+                "group %d: leadership to node %d (replicas %s, preferred dc %r)",
+                group,
+                target,
+                list(replicas),
+                preferred,
             )
         # Attempts older than the retry interval no longer limit anything (and groups
         # deleted since must not pile up here).

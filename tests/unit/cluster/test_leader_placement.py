@@ -22,9 +22,10 @@ from vdl.cluster.metadata import MetadataState
 from vdl.cluster.placement_leader import (
     PREFERRED_DC,
     LeaderPlacement,
+    LedGroup,
     preferred_dc,
-    transfer_target,
 )
+from vdl.cluster.preferred_leader import transfer_target
 from vdl.config import ConfigError, load_config
 from vdl.consensus.driver import GroupDriver
 from vdl.consensus.errors import NotLeader
@@ -197,7 +198,7 @@ class _FakeDriver:
 
 def _placement(drivers: list[_FakeDriver], retry_s: float = 3.0) -> LeaderPlacement:
     return LeaderPlacement(
-        lambda: [(cast(GroupDriver, d), "a") for d in drivers],
+        lambda: [LedGroup(cast(GroupDriver, d), "a") for d in drivers],
         lambda: {1: "b", 2: "b", 3: "a"},
         retry_s=retry_s,
     )
@@ -239,9 +240,9 @@ def clock() -> trio.testing.MockClock:
 def _placements(cluster: DriverCluster) -> dict[int, LeaderPlacement]:
     """One loop per node, as each node's cluster manager runs it."""
 
-    def led_by(node: driver_cluster.TestNode) -> Callable[[], list[tuple[GroupDriver, str]]]:
+    def led_by(node: driver_cluster.TestNode) -> Callable[[], list[LedGroup]]:
         # node.driver is read at each pass: a restarted node has a new driver.
-        return lambda: [] if node.driver is None else [(node.driver, "a")]
+        return lambda: [] if node.driver is None else [LedGroup(node.driver, "a")]
 
     return {
         n: LeaderPlacement(led_by(node), lambda: DCS, check_s=0.2, retry_s=2.0)
