@@ -283,11 +283,15 @@ class ClusterManager:
             self.transport.forward(self._driver0.leader_id, json.dumps(command).encode())
 
     async def _join_loop(self) -> None:
-        """Ask the members to add this node until group 0's state shows it."""
+        """Ask the members to add this node until group 0's state shows it (or shows it
+        removed since: it was added and removed between two looks, and must stay out)."""
         me = self.settings.node_id
         host, port = self.settings.raft_listen
         command = json.dumps({"op": "add_node", "node": me, "raft": f"{host}:{port}"}).encode()
         while me not in self.state.members:
+            if me in self.state.removed:
+                log.error("node %d was removed from the cluster; it does not join again", me)
+                return
             for peer, address in self.settings.peers.items():
                 if peer != me:
                     try:

@@ -5,7 +5,9 @@ order (from group 0's log) and ends with the same state, including the raft grou
 each partition, which is handed out from a counter at creation.
 
 Members are the nodes of the cluster (their raft addresses): the initial peers, plus
-`add_node`, minus `remove_node`. They are what group 0's voters and new topics' replicas
+`add_node`, minus `remove_node`. A removed node id is retired for good (as etcd does): a
+node still running under it, still asking to join, must not come back, so a returning
+machine joins under a new id. They are what group 0's voters and new topics' replicas
 are drawn from; the groups' own configurations follow them through single-server changes
 made by the groups' leaders (`reconfigure.py`).
 """
@@ -59,6 +61,7 @@ class MetadataState:
         self.placements: dict[str, Placement] = {}
         self.nodes: dict[int, NodeAddress] = {}
         self.members: dict[int, tuple[str, int]] = dict(members or {})
+        self.removed: set[int] = set()
         self.next_group = METADATA_GROUP + 1
         self.on_created: list[TopicListener] = []
         self.on_deleted: list[TopicListener] = []
@@ -135,6 +138,10 @@ class MetadataState:
         if op == "add_node":
             if node <= 0:
                 return Outcome(ErrorCode.INVALID_REQUEST, "node ids are positive")
+            if node in self.removed:
+                return Outcome(
+                    ErrorCode.INVALID_REQUEST, f"node {node} was removed; join under a new id"
+                )
             self.members[node] = _address(command["raft"])
             self._members_changed()
             return Outcome()
@@ -150,6 +157,7 @@ class MetadataState:
                         f"node {node} holds the only replica of a partition: reassign it first",
                     )
             del self.members[node]
+            self.removed.add(node)
             self.nodes.pop(node, None)
             for name in list(self.placements):
                 for partition, replicas in enumerate(self.placements[name].replicas):

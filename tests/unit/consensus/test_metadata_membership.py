@@ -37,6 +37,11 @@ def test_add_move_and_remove_a_node() -> None:
     # A removed node still running cannot register again; a retried removal is harmless.
     assert state.apply({"op": "register", "node": 4, "kafka": "h:9", "grpc": "h:8"}).error != 0
     assert state.apply({"op": "remove_node", "node": 4}).error == ErrorCode.NONE
+    # Its id is retired: a late add_node (it kept asking to join) does not bring it back.
+    assert state.apply({"op": "add_node", "node": 4, "raft": "h:4"}).error == (
+        ErrorCode.INVALID_REQUEST
+    )
+    assert 4 not in state.members
 
 
 def test_invalid_changes_are_refused() -> None:
