@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
@@ -56,16 +54,6 @@ class Cluster:
                     node.stop(30)
                 except Exception:
                     node.kill()
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    try:
-        c.start()
-        yield c
-    finally:
-        c.stop()
 
 
 def _metadata(bootstrap: str) -> object:

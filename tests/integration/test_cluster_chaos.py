@@ -12,8 +12,6 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
@@ -87,16 +85,6 @@ def _check(cluster: Cluster, acked: dict[bytes, int]) -> None:
     read = dict(_read_all(cluster.bootstrap, TOPIC, len(acked), timeout=120))
     missing = [(v, o) for v, o in acked.items() if read.get(o) != v]
     assert not missing, f"{len(missing)} acked messages lost or moved, e.g. {missing[:3]}"
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    try:
-        c.start()
-        yield c
-    finally:
-        c.stop()
 
 
 def test_sigterm_of_the_whole_cluster_loses_nothing_acked(cluster: Cluster) -> None:

@@ -20,16 +20,6 @@ TOPIC = "balanced"
 PARTITIONS = 6
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    try:
-        c.start()
-        yield c
-    finally:
-        c.stop()
-
-
 def _assignment(cluster: Cluster) -> dict[int, tuple[int, ...]]:
     """partition -> replicas in assignment order, as Metadata reports them."""
     admin = AdminClient({"bootstrap.servers": cluster.alive_bootstrap()})

@@ -8,10 +8,8 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import trio
 from confluent_kafka import KafkaException, Producer
 
@@ -19,16 +17,6 @@ from tests.integration.cluster_support import partition_seen_by
 from tests.integration.node_process import NodeProcess, free_port
 from tests.integration.test_cluster import TOPIC, Cluster, _create_topic, _read_all
 from vdl.consensus.transport import send_admin_command
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    try:
-        c.start()
-        yield c
-    finally:
-        c.stop()
 
 
 def _admin(cluster: Cluster, command: dict[str, object]) -> None:

@@ -19,9 +19,7 @@ import random
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
@@ -224,16 +222,6 @@ def check(history: History, read: dict[int, list[tuple[int, bytes]]]) -> Verdict
         offset_regressions=offset_regressions,
         unacked_present=unacked,
     )
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    try:
-        c.start()
-        yield c
-    finally:
-        c.stop()
 
 
 def run_checker(cluster: Cluster, chaos_s: float, rate: float, seed: int) -> Verdict:

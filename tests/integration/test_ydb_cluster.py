@@ -10,7 +10,6 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -26,16 +25,6 @@ DATABASE = "/local"
 TOPIC = "/local/events"
 CONSUMER = "billing"
 TIMEOUT = 60
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    try:
-        c.start()
-        yield c
-    finally:
-        c.stop()
 
 
 def list_endpoints(address: str) -> set[int]:
