@@ -9,14 +9,21 @@ thread while the owning thread keeps appending. `sync()` writes (if the store de
 and makes durable at least every entry appended before it was called, which is what lets
 one flusher turn many appends into one fdatasync (group commit) and keeps disk writes off
 the owning thread.
+
+Snapshots (a follower too far behind for its leader's log) move a log as it is stored: the
+leader's `closed_segments` are files copied byte for byte, the rest goes as entries, and
+the follower receives both into a `SnapshotStaging` apart from its log, then swaps its
+whole log for it with `install_snapshot`. A store without segment files serves and takes
+entries only.
 """
 
 from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 # Any buffer a batch may be held in; stores hand out memoryviews of their own reads.
@@ -85,6 +92,80 @@ class LogStoreOptions:
     # off by default (see vdl/backends/segment/preallocate.py for the measurements).
     preallocate: bool = False
     retention: LogRetention = LogRetention()
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentFile:
+    """The file of one closed segment: a copy of it, byte for byte, is that segment."""
+
+    name: str  # the file's name in its store's directory, and in a staging directory
+    path: Path
+    size: int
+    first_index: int
+    last_index: int
+
+
+class ClosedSegments:
+    """Closed segment files of a store, held while they are copied (a snapshot served).
+
+    Until `release()` retention keeps them. Anything else that removes or cuts one of them
+    (a truncation, a reset or install, closing the store) makes the hold `broken`: bytes
+    read from the files after that may not be the entries they held, so the copy is to be
+    abandoned."""
+
+    def __init__(
+        self,
+        files: Sequence[SegmentFile] = (),
+        on_release: Callable[[ClosedSegments], None] | None = None,
+    ) -> None:
+        self.files = tuple(files)
+        self.broken = False
+        self._on_release = on_release
+
+    def invalidate(self) -> None:
+        self.broken = True
+
+    def release(self) -> None:
+        on_release, self._on_release = self._on_release, None
+        if on_release is not None:
+            on_release(self)
+
+
+class SnapshotStaging(Protocol):
+    """A log being received for a store (a snapshot), kept apart from the store's log
+    until `LogStore.install_snapshot`.
+
+    The log arrives as `start`, then segment files (only if `takes_files`), each as
+    `begin_file`, `write`s and `end_file`, then entries; either part may be empty. Every
+    method may block on the disk and none touches the store: call them from a worker
+    thread, one at a time. Each raises StorageError when what arrived cannot be that log
+    (an entry failing its CRC, a gap, a file of another name or size than announced)."""
+
+    @property
+    def takes_files(self) -> bool: ...
+
+    def start(self, first_index: int, first_offset: int) -> None:
+        """The log starts at Raft index `first_index`, its records at `first_offset`."""
+        ...
+
+    def begin_file(self, name: str, size: int) -> None: ...
+
+    def write(self, data: Buffer) -> None: ...
+
+    def end_file(self) -> None:
+        """The file is complete: check every entry in it."""
+        ...
+
+    def add_entries(self, entries: Sequence[Entry]) -> None: ...
+
+    def finish(self, last_index: int, last_term: int) -> None:
+        """Check that the staged log runs from its start to `last_index` without a gap and
+        that its last entry has term `last_term`, and make it durable."""
+        ...
+
+    def discard(self) -> None:
+        """Remove whatever was staged (also once finished, if it is not installed)."""
+        ...
 
 
 class LogStore(Protocol):
@@ -163,6 +244,23 @@ class LogStore(Protocol):
     def reset(self, first_index: int, first_offset: int) -> None:
         """Drop every entry: the log goes on at `first_index`, its records from
         `first_offset` (a follower taking a snapshot of a log whose prefix is gone)."""
+        ...
+
+    def closed_segments(self, upto: int) -> ClosedSegments:
+        """The closed segments from the start of the log whose entries all lie at or before
+        `upto` and are durable, held for copying until released (see ClosedSegments).
+        Empty for a store without segment files."""
+        ...
+
+    def stage_snapshot(self) -> SnapshotStaging:
+        """A new place to receive a whole log into; nothing of the store changes."""
+        ...
+
+    def install_snapshot(self, staging: SnapshotStaging) -> None:
+        """Replace the whole log with a finished `staging` of this store. The segment
+        backend swaps files so that a crash at any point leaves the old log or the new one,
+        never a mix; the new log is durable when this returns (other backends: after
+        `sync()`)."""
         ...
 
     def size_bytes(self) -> int:

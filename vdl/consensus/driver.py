@@ -24,11 +24,12 @@ AppendEntries per follower.
 
 Snapshots (a follower needs entries retention deleted on the leader): the follower's loop
 keeps the leader's InstallSnapshot aside, a task pulls the leader's log up to the
-snapshot's index (`snapshot_transfer.py`), and the loop then swaps its store's content for
-it, syncs, records the snapshot and only then steps the message, so the core's restore
-finds the data in place. A leader whose follower never confirms a snapshot (the pull
-failed) offers it again after `snapshot_timeout_s`. Retention (`compact`) never deletes
-what is not applied, and records the term and membership where the log now starts.
+snapshot's index into a staging of its store (`snapshot_transfer.py`: closed segments as
+files, then entries, all checked and synced on disk), and the loop then swaps the staged
+log in for its store's, records the snapshot and only then steps the message, so the
+core's restore finds the data in place. A leader whose follower never confirms a snapshot
+(the pull failed) offers it again after `snapshot_timeout_s`. Retention (`compact`) never
+deletes what is not applied, and records the term and membership where the log now starts.
 """
 
 from __future__ import annotations
@@ -41,7 +42,15 @@ from dataclasses import dataclass
 
 import trio
 
-from vdl.backends.api import Buffer, Entry, LogStore, MetaStore
+from vdl.backends.api import (
+    Buffer,
+    ClosedSegments,
+    Entry,
+    LogStore,
+    MetaStore,
+    SnapshotStaging,
+    StorageError,
+)
 from vdl.consensus.errors import ProposalDropped
 from vdl.consensus.hard_state_store import load_hard_state, save_hard_state
 from vdl.consensus.machine import StateMachine
@@ -73,8 +82,8 @@ class DriverOptions:
     snapshot_timeout_s: float = 30.0  # a snapshot not confirmed by then is offered again
 
 
-# (leader, group, snapshot index) -> the leader's log up to that index.
-SnapshotFetcher = Callable[[int, int, int], Awaitable[SnapshotData]]
+# (leader, group, snapshot, staging): the leader's log up to the snapshot, into `staging`.
+SnapshotFetcher = Callable[[int, int, SnapshotMeta, SnapshotStaging], Awaitable[SnapshotData]]
 
 
 @dataclass(slots=True)
@@ -157,10 +166,11 @@ class GroupDriver:
         self._fetch = fetch_snapshot
         self._nursery: trio.Nursery | None = None
         self._fetching = 0  # snapshot index being pulled (0: none)
-        self._fetched: tuple[InstallSnapshot, SnapshotData] | None = None
+        self._fetched: tuple[InstallSnapshot, SnapshotData, SnapshotStaging] | None = None
         self._installed: SnapshotMeta | None = None
         self._snapshots_sent: dict[int, float] = {}  # follower -> when last offered
         self.snapshots_installed = 0
+        self.snapshot_files_installed = 0  # segment files taken as they are, in all
 
     # ---- Flushable -------------------------------------------------------------------
 
@@ -303,9 +313,9 @@ class GroupDriver:
         core = self.core
         self._release_durable()
         if self._fetched is not None:
-            offer, data = self._fetched
+            offer, data, staging = self._fetched
             self._fetched = None
-            await self._install_snapshot(offer, data)
+            await self._install_snapshot(offer, data, staging)
         ticks, self._ticks = self._ticks, 0
         for _ in range(ticks):
             core.tick()
@@ -436,29 +446,43 @@ class GroupDriver:
         self._nursery.start_soon(self._fetch_task, m, self._fetch)
 
     async def _fetch_task(self, m: InstallSnapshot, fetch: SnapshotFetcher) -> None:
+        staging = self._store.stage_snapshot()
         try:
-            data = await fetch(m.src, self.group_id, m.snapshot.index)
-        except (SnapshotError, OSError) as exc:
+            data = await fetch(m.src, self.group_id, m.snapshot, staging)
+        except (SnapshotError, StorageError, OSError) as exc:
             # The leader offers the snapshot again after its timeout.
             log.warning("group %d: snapshot from node %d failed: %s", self.group_id, m.src, exc)
+            await _discard(staging)
             return
+        except BaseException:
+            await _discard(staging)
+            raise
         finally:
             self._fetching = 0
-        self._fetched = (m, data)
+        if self._fetched is not None:
+            await _discard(self._fetched[2])  # an older pull, superseded
+        self._fetched = (m, data, staging)
         self._wakeup.set()
 
-    async def _install_snapshot(self, m: InstallSnapshot, data: SnapshotData) -> None:
+    async def _install_snapshot(
+        self, m: InstallSnapshot, data: SnapshotData, staging: SnapshotStaging
+    ) -> None:
         core = self.core
         snap = m.snapshot
-        if not self._needs_data(m) or data.entries[-1].term != snap.term:
+        if not self._needs_data(m):
             # Caught up meanwhile, or a newer leader: let the core answer as it would.
+            await _discard(staging)
             if m.term >= core.term:
                 core.step(m)
             return
         # No sync of the old content may report durability after the swap.
         await self._flusher.release(self)
-        self._store.reset(data.first_index, data.first_offset)
-        self._store.append(data.entries)
+        try:
+            self._store.install_snapshot(staging)
+        except StorageError as exc:
+            log.warning("group %d: installing a snapshot failed: %s", self.group_id, exc)
+            await _discard(staging)
+            return
         await trio.to_thread.run_sync(self._store.sync)
         await trio.to_thread.run_sync(save_snapshot_meta, self._meta, self.group_id, snap)
         # What was owed for the old content refers to entries that are gone.
@@ -468,12 +492,17 @@ class GroupDriver:
         self._announced = snap.index
         self._installed = snap
         self.snapshots_installed += 1
+        self.snapshot_files_installed += data.files
         log.info(
-            "group %d: installed a snapshot of %d..%d from node %d",
+            "group %d: installed a snapshot of %d..%d from node %d: "
+            "%d segment files (%d bytes), then %d entries",
             self.group_id,
             data.first_index,
             snap.index,
             m.src,
+            data.files,
+            data.file_bytes,
+            data.entries,
         )
         core.step(m)
 
@@ -492,11 +521,16 @@ class GroupDriver:
     def snapshot_start(self) -> tuple[int, int]:
         return self._store.first_index(), self._store.first_offset()
 
-    def snapshot_chunks(self, upto: int, max_bytes: int) -> Iterator[list[Entry]]:
-        """The stored log from its start up to `upto`, in chunks (serving a snapshot)."""
-        lo = self._store.first_index()
+    def snapshot_files(self, upto: int) -> ClosedSegments:
+        return self._store.closed_segments(upto)
+
+    def snapshot_entries(self, lo: int, upto: int, max_bytes: int) -> Iterator[list[Entry]]:
+        """Stored entries `lo`..`upto`, in chunks (serving a snapshot)."""
         while lo <= upto:
-            chunk = self._store.entries(lo, upto + 1, max_bytes)
+            try:
+                chunk = self._store.entries(lo, upto + 1, max_bytes)
+            except StorageError as exc:
+                raise SnapshotError(f"entry {lo} cannot be read: {exc}") from None
             if not chunk:
                 raise SnapshotError(f"entry {lo} is gone")
             yield chunk
@@ -549,3 +583,11 @@ class GroupDriver:
         with trio.CancelScope(shield=True):
             await self._save_hard_state(force=False)
             await self._flusher.release(self)
+            if self._fetched is not None:
+                await _discard(self._fetched[2])
+                self._fetched = None
+
+
+async def _discard(staging: SnapshotStaging) -> None:
+    with trio.CancelScope(shield=True):
+        await trio.to_thread.run_sync(staging.discard)

@@ -20,10 +20,12 @@ from typing import Protocol
 
 from vdl.backends.api import (
     Buffer,
+    ClosedSegments,
     Entry,
     EntryType,
     LogStore,
     MetaStore,
+    SnapshotStaging,
     StorageError,
     batch_offsets,
 )
@@ -135,6 +137,15 @@ class StreamReplica:
         return 0 if driver is None else driver.compact(now_ms)
 
     def reset(self, first_index: int, first_offset: int) -> None:
+        raise StorageError("the group driver installs snapshots of a replicated stream")
+
+    def closed_segments(self, upto: int) -> ClosedSegments:
+        return self._real.closed_segments(upto)
+
+    def stage_snapshot(self) -> SnapshotStaging:
+        raise StorageError("the group driver installs snapshots of a replicated stream")
+
+    def install_snapshot(self, staging: SnapshotStaging) -> None:
         raise StorageError("the group driver installs snapshots of a replicated stream")
 
     def size_bytes(self) -> int:

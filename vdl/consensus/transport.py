@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 import trio
 
+from vdl.backends.api import SnapshotStaging
 from vdl.consensus.frames import (
     FORWARD_GROUP,
     HELLO,
@@ -38,6 +39,8 @@ from vdl.consensus.snapshot_transfer import (
     fetch_snapshot,
     serve_snapshot,
 )
+from vdl.consensus.snapshot_wire import decode_request
+from vdl.consensus.state import SnapshotMeta
 
 log = logging.getLogger(__name__)
 
@@ -169,25 +172,29 @@ class RaftTransport:
         await link.serve_connection(stream)
 
     async def _serve_snapshot(self, stream: trio.abc.Stream, request: bytes) -> None:
-        _, group_id, upto = REQUEST.unpack(request)
+        group_id, upto, takes_files = decode_request(request)  # its magic was checked
         source = self._router.snapshot_source(group_id)
         try:
             if source is not None:
                 with trio.move_on_after(_SNAPSHOT_TIMEOUT_S):
-                    await serve_snapshot(stream, self.node_id, group_id, source, upto)
+                    await serve_snapshot(stream, source, upto, takes_files=takes_files)
         except Exception as exc:  # a store read or the connection failed: the follower retries
             log.warning("serving a snapshot of group %d failed: %s", group_id, exc)
         finally:
             await stream.aclose()
 
-    async def fetch_snapshot(self, leader: int, group_id: int, upto: int) -> SnapshotData:
-        """Pull group `group_id`'s log up to `upto` from node `leader` (a follower's
-        part of a snapshot)."""
+    async def fetch_snapshot(
+        self, leader: int, group_id: int, snapshot: SnapshotMeta, staging: SnapshotStaging
+    ) -> SnapshotData:
+        """Pull group `group_id`'s log up to the snapshot from node `leader` into
+        `staging` (a follower's part of a snapshot)."""
         link = self.links.get(leader)
         if link is None:
             raise SnapshotError(f"no address for node {leader}")
         with trio.move_on_after(_SNAPSHOT_TIMEOUT_S):
-            return await fetch_snapshot(link.address, group_id, upto, tls=self._tls, node_id=leader)
+            return await fetch_snapshot(
+                link.address, group_id, snapshot, staging, tls=self._tls, node_id=leader
+            )
         raise SnapshotError("the snapshot transfer timed out")
 
     async def _serve_admin(self, stream: trio.abc.Stream) -> None:

@@ -13,8 +13,15 @@ import pytest
 import trio
 import trustme
 
-from tests.unit.consensus.test_snapshot_transfer import _entry, _Source
-from tests.unit.consensus.test_transport import Box, _until, free_port
+from tests.integration.node_process import free_port
+from tests.unit.consensus.test_snapshot_transfer import (
+    StoreSource,
+    follower_store,
+    leader_store,
+    same_log,
+    snapshot_of,
+)
+from tests.unit.consensus.test_transport import Box, _until
 from vdl.consensus.frames import encode_forward, encode_hello
 from vdl.consensus.messages import Heartbeat
 from vdl.consensus.peer_tls import PeerTls, certificate_nodes, node_name, open_raft_stream
@@ -127,11 +134,12 @@ def test_unusable_files_are_one_line_errors(pki: Pki, tmp_path: Path) -> None:
         PeerTls.from_files(other_cert, other_key, pki.ca_file, node_id=1)
 
 
-async def test_peers_link_over_mutual_tls_and_pull_snapshots(pki: Pki) -> None:
+async def test_peers_link_over_mutual_tls_and_pull_snapshots(pki: Pki, tmp_path: Path) -> None:
     ports = {1: free_port(), 2: free_port(), 3: free_port()}
     nodes = {i: TlsNode(i, ports, pki.node(i)) for i in ports}
-    entries = [_entry(i, 70 + i - 10) for i in range(10, 30)]
-    nodes[1].router.add(9, _Source(entries))
+    leader = leader_store(tmp_path / "leader")
+    follower = follower_store("segment", tmp_path / "follower")
+    nodes[1].router.add(9, StoreSource(leader))
     async with trio.open_nursery() as nursery:
         for node in nodes.values():
             await node.start(nursery)
@@ -143,10 +151,16 @@ async def test_peers_link_over_mutual_tls_and_pull_snapshots(pki: Pki) -> None:
                     node.transport.send(1, Heartbeat(src, dst, 1, 0))
         await _until(lambda: all(len(n.box.got) == 2 for n in nodes.values()))
         assert {m.src for m in nodes[1].box.got} == {2, 3}
-        # A follower's snapshot pull goes over TLS too, to the node it names.
-        data = await nodes[2].transport.fetch_snapshot(1, 9, 25)
-        assert data.entries == entries[:16]
+        # A follower's snapshot pull goes over TLS too, to the node it names, files and all.
+        upto = leader.last_index() - 2
+        staging = follower.stage_snapshot()
+        data = await nodes[2].transport.fetch_snapshot(1, 9, snapshot_of(leader, upto), staging)
+        assert data.files > 1 and data.entries > 0
+        follower.install_snapshot(staging)
+        assert same_log(follower, leader, upto)
         nursery.cancel_scope.cancel()
+    leader.close()
+    follower.close()
 
 
 async def test_connections_without_a_good_certificate_are_refused(

@@ -13,19 +13,21 @@ import trio.testing
 
 from tests.unit.consensus.driver_cluster import OPTIONS, RAFT, MemoryNet
 from tests.unit.consensus.test_stream_replica import _append, _values
-from vdl.backends.api import LogRetention, LogStoreOptions
+from vdl.backends.api import LogRetention, LogStoreOptions, SnapshotStaging
 from vdl.backends.registry import open_log_store, open_meta_store
 from vdl.consensus.driver import GroupDriver
 from vdl.consensus.router import GroupRouter
-from vdl.consensus.snapshot_transfer import SnapshotData
+from vdl.consensus.snapshot_transfer import SnapshotData, receive_snapshot, serve_snapshot
+from vdl.consensus.snapshot_wire import REQUEST, decode_request
+from vdl.consensus.state import SnapshotMeta
 from vdl.consensus.stream_replica import StreamReplica, restart_commit_index
 from vdl.log.flusher import Flusher
 from vdl.log.record_batch import iter_records
 from vdl.log.stream import LogStream
 
 GROUP = 43
-# Small segments, and retention that may delete every closed one.
-STORE = LogStoreOptions(segment_bytes=1500, retention=LogRetention(max_bytes=1))
+# Small segments, and retention that keeps only a few closed ones.
+STORE = LogStoreOptions(segment_bytes=1500, retention=LogRetention(max_bytes=6000))
 
 
 @pytest.fixture
@@ -40,12 +42,24 @@ class Replica:
         self.net = net
         self.all = all_
 
-    async def _fetch(self, leader: int, group: int, upto: int) -> SnapshotData:
-        # In memory, straight from the leader's driver (the TCP pull is tested elsewhere).
+    async def _fetch(
+        self, leader: int, group: int, snapshot: SnapshotMeta, staging: SnapshotStaging
+    ) -> SnapshotData:
+        # Over a memory stream, from the leader's driver (the TCP pull is tested elsewhere).
         source = self.all[leader].driver
-        first, first_offset = source.snapshot_start()
-        entries = [e for chunk in source.snapshot_chunks(upto, 4096) for e in chunk]
-        return SnapshotData(first, first_offset, entries)
+        follower_end, leader_end = trio.testing.memory_stream_pair()
+
+        async def serve() -> None:
+            request = await leader_end.receive_some(REQUEST.size)
+            _, upto, takes_files = decode_request(bytes(request))
+            await serve_snapshot(leader_end, source, upto, takes_files=takes_files)
+            await leader_end.aclose()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve)
+            data = await receive_snapshot(follower_end, group, snapshot, staging)
+            await follower_end.aclose()
+        return data
 
     async def start(self, nursery: trio.Nursery) -> None:
         store = open_log_store("segment", self.dir / "log", STORE)
@@ -150,6 +164,7 @@ async def test_a_follower_behind_retention_catches_up_through_a_snapshot(
         await lagging.start(nursery)
         await _hw([lagging], 210)
         assert lagging.driver.snapshots_installed == 1
+        assert lagging.driver.snapshot_files_installed > 0  # closed segments went as files
         assert lagging.stream.log_start_offset == start
         assert _from(lagging.stream, start) == _from(leader.stream, start)
         # Replication goes on after the snapshot, and everyone restarts from disk.

@@ -14,6 +14,7 @@ from tests.unit.storage.log_helpers import (
     record_batch,
     same_entries,
 )
+from tests.unit.storage.snapshot_copy import copy_log
 from vdl.backends.api import (
     Buffer,
     Entry,
@@ -424,3 +425,99 @@ def test_retention_keeps_offsets_when_no_data_is_left(open_store: OpenStore) -> 
     log.data(count=1)
     assert store.next_offset() == 11
     assert store.index_of_offset(10) == store.last_index()
+
+
+# -- snapshots --------------------------------------------------------------------------------
+
+RETAINED = LogStoreOptions(
+    segment_bytes=2_000, cache_bytes=1_000, retention=LogRetention(max_bytes=6_000)
+)
+
+
+def snapshot_source(open_store: OpenStore) -> LogStore:
+    """A leader's log whose start retention has removed, in several segments."""
+    source = open_store(RETAINED, name="leader")
+    log = LogWriter(source, term=4)
+    for n in range(60):
+        log.data(count=2, value_size=100)
+        if n % 7 == 0:
+            log.noop()
+    source.sync()
+    assert source.apply_retention(NOW_MS) > 0
+    assert source.first_index() > 1
+    return source
+
+
+def test_install_snapshot_replaces_the_whole_log(open_store: OpenStore) -> None:
+    source = snapshot_source(open_store)
+    first, upto = source.first_index(), source.last_index() - 3
+    follower = open_store(SMALL_SEGMENTS, name="follower")
+    LogWriter(follower, term=1).data(n=5)  # an old log, to be replaced
+    staging = follower.stage_snapshot()
+    copy_log(source, staging, upto)
+    assert follower.last_index() == 5  # nothing changes before the install
+    follower.install_snapshot(staging)
+    follower.sync()
+    want = source.entries(first, upto + 1)
+    assert (follower.first_index(), follower.last_index()) == (first, upto)
+    assert same_entries(follower.entries(first, upto + 1), want)
+    assert follower.term_at(upto) == 4
+    assert follower.first_offset() == source.first_offset()
+    data = [e for e in want if e.type == EntryType.DATA]
+    next_offset = batch_offsets(data[-1].payload)[1] + 1
+    assert follower.next_offset() == next_offset
+    assert payloads(follower.read_batches(follower.first_offset(), 1 << 30, upto)) == [
+        bytes(e.payload) for e in data
+    ]
+    # The log goes on from there, and survives a restart.
+    after = LogWriter(follower, term=5)
+    assert (after.index, after.offset) == (upto + 1, next_offset)
+    after.data(count=3, n=4)
+    follower.sync()
+    follower.close()
+    again = open_store(SMALL_SEGMENTS, name="follower")
+    assert (again.first_index(), again.last_index()) == (first, upto + 4)
+    assert same_entries(again.entries(first, upto + 5), want + after.appended)
+    assert again.next_offset() == next_offset + 12
+
+
+def test_a_snapshot_that_does_not_add_up_is_refused(open_store: OpenStore) -> None:
+    source = snapshot_source(open_store)
+    follower = open_store(SMALL_SEGMENTS, name="follower")
+    old = LogWriter(follower).data(n=5)
+    upto = source.last_index()
+    staging = follower.stage_snapshot()
+    with pytest.raises(StorageError, match="term"):
+        staging.start(source.first_index(), source.first_offset())
+        staging.add_entries(source.entries(source.first_index(), upto + 1))
+        staging.finish(upto, 3)  # the leader's entry there has term 4
+    staging.discard()
+    gap = follower.stage_snapshot()
+    gap.start(source.first_index(), source.first_offset())
+    with pytest.raises(StorageError):
+        gap.add_entries(source.entries(source.first_index() + 1, upto + 1))
+    gap.discard()
+    short = follower.stage_snapshot()
+    short.start(source.first_index(), source.first_offset())
+    short.add_entries(source.entries(source.first_index(), upto))
+    with pytest.raises(StorageError):
+        short.finish(upto, 4)
+    with pytest.raises(StorageError):
+        follower.install_snapshot(short)  # not finished
+    short.discard()
+    assert same_entries(follower.entries(1, 6), old)
+
+
+def test_closed_segments_are_files_or_nothing(
+    open_store: OpenStore, backend: LogBackend, tmp_path: Path
+) -> None:
+    source = snapshot_source(open_store)
+    held = source.closed_segments(source.last_index())
+    if backend == "segment":
+        assert held.files[0].first_index == source.first_index()
+        for file in held.files:
+            assert file.path.parent == tmp_path / "leader"
+            assert file.path.stat().st_size == file.size
+    else:
+        assert held.files == ()
+    held.release()

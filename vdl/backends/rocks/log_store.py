@@ -3,6 +3,9 @@
 Appends go to the WAL without syncing; `sync()` fsyncs the WAL, which covers every write
 made before it because the WAL is one ordered file (truncations and retention included).
 That is what lets a flusher thread group-commit many appends.
+
+Snapshots: there are no segment files to copy, so a snapshot is served and taken as
+entries (`entry_staging.py`) and installed with `reset` and `append`.
 """
 
 from __future__ import annotations
@@ -15,13 +18,16 @@ from rocksdict import Rdict, WriteBatch
 
 from vdl.backends.api import (
     Buffer,
+    ClosedSegments,
     CorruptionError,
     Entry,
     EntryType,
     LogStoreOptions,
+    SnapshotStaging,
     StorageError,
     batch_offsets,
 )
+from vdl.backends.entry_staging import EntryStaging
 from vdl.backends.rocks.db import open_raw, rocks_errors, write_options
 from vdl.backends.rocks.log_keys import (
     ENTRY_HEADER_SIZE,
@@ -326,6 +332,23 @@ class RocksLogStore:
             self._size -= cut.removed_bytes
             self._reload_offsets(db)
         return removed
+
+    def closed_segments(self, upto: int) -> ClosedSegments:
+        self._live()
+        return ClosedSegments()
+
+    def stage_snapshot(self) -> SnapshotStaging:
+        self._live()
+        return EntryStaging()
+
+    def install_snapshot(self, staging: SnapshotStaging) -> None:
+        if not isinstance(staging, EntryStaging) or not staging.finished:
+            raise StorageError("only a finished staging of entries can be installed here")
+        self.reset(staging.first_index, staging.first_offset)
+        entries = staging.entries
+        for start in range(0, len(entries), 1024):
+            self.append(entries[start : start + 1024])
+        staging.discard()
 
     def size_bytes(self) -> int:
         return self._size

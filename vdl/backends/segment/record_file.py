@@ -127,6 +127,11 @@ class RecordFile:
         pwrite_all(self._open_fd(), view, self._on_disk * size)
         self._on_disk = upto
 
+    def sync(self) -> None:
+        """fdatasync the file: only for indexes built apart from a store (a snapshot being
+        staged), whose swap in must not leave them emptier than they claim to be."""
+        os.fdatasync(self._open_fd())
+
     def truncate(self, count: int) -> None:
         """Keep only the first `count` records, in memory and in the file."""
         if count >= self._count and count >= self._on_disk:

@@ -22,15 +22,19 @@ torn (a crash mid-write, or pages of an unsynced write that never reached the di
 
 The index records rebuilt here reach their files only after the store has fdatasync'ed the
 scanned segments, keeping the rule above for the next crash.
+
+The same scan checks and indexes a segment file received whole in a snapshot
+(`index_segment_file`), where nothing may be cut: one bad entry rejects the file.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
-from vdl.backends.api import EntryType, batch_offsets
+from vdl.backends.api import CorruptionError, EntryType, batch_offsets
 from vdl.backends.segment import log_index, raft_index
 from vdl.backends.segment.entry_codec import HEADER, HEADER_SIZE, entry_is_intact, valid_kind
 from vdl.backends.segment.file_io import pread_all
@@ -76,6 +80,53 @@ def open_segments(directory: Path) -> list[Segment]:
             segment.close_indexes()
         raise
     return segments
+
+
+@dataclass(frozen=True, slots=True)
+class IndexedFile:
+    count: int  # entries
+    last_term: int
+    next_offset: int  # after the file's last batch (the given one if it holds none)
+
+
+def index_segment_file(directory: Path, first: int, start: int, next_offset: int) -> IndexedFile:
+    """Check every entry of the complete segment file of stem (`first`, `start`) in
+    `directory` and write its index files, synced, next to it. CorruptionError unless its
+    entries are intact, numbered from `first`, fill the file exactly, and their batches'
+    offsets go up from `next_offset`."""
+    stem = stem_of(first, start)
+    fd = os.open(directory / (stem + LOG_SUFFIX), os.O_RDONLY | os.O_CLOEXEC)
+    raft = log = None
+    try:
+        raft = RaftIndex.load(first, directory / (stem + raft_index.SUFFIX))
+        log = LogIndex.load(directory / (stem + log_index.SUFFIX))
+        raft.truncate_from(first)
+        log.truncate_from(first)
+        file_size = os.fstat(fd).st_size
+        segment = Segment(directory, first, start, fd, 0, raft, log)
+        _, clean = _scan_tail(segment, file_size, None)
+        if not clean or segment.size != file_size or not raft.count:
+            raise CorruptionError(
+                f"segment file {stem}: entry {segment.next_index} at byte {segment.size} "
+                "is torn, fails its CRC or is out of sequence"
+            )
+        for k in range(log.count):
+            record = log.record(k)
+            if record.base_offset < next_offset or record.last_offset < record.base_offset:
+                raise CorruptionError(
+                    f"segment file {stem}: entry {record.raft_index} holds offsets "
+                    f"{record.base_offset}..{record.last_offset} after {next_offset - 1}"
+                )
+            next_offset = record.last_offset + 1
+        segment.flush_indexes_through(segment.last_index)
+        raft.records.sync()
+        log.records.sync()
+        return IndexedFile(raft.count, raft.entry(segment.last_index)[0], next_offset)
+    finally:
+        os.close(fd)
+        for index in (raft, log):
+            if index is not None:
+                index.records.close()
 
 
 def _find_stems(directory: Path) -> list[tuple[int, int]]:

@@ -30,6 +30,12 @@ segment at its data) and one whose active segment a truncation cut. The next spa
 prepared once the active segment is half full, so an idle stream keeps at most one
 segment's worth of zeros besides its active segment.
 
+Snapshots: `closed_segments` hands out the files of closed, durable segments for a leader
+to send as they are, holding them against retention until released; truncation, reset,
+install and close break such holds rather than wait for them. A follower receives a log
+into `stage_snapshot` (`staging.py`, run in a worker thread) and `install_snapshot` swaps
+it in for the whole log by renames (`log_swap.py`), then loads it as `open` does.
+
 Threads: everything runs on the owning thread except `sync()`, whose shared state (the
 write queue among it) is confined to `SyncTracker` (`durability.py`), and the spare's
 preparation, confined to `SpareFile`.
@@ -43,13 +49,17 @@ from pathlib import Path
 
 from vdl.backends.api import (
     Buffer,
+    ClosedSegments,
     CorruptionError,
     Entry,
     EntryType,
     LogStoreOptions,
+    SegmentFile,
+    SnapshotStaging,
     StorageError,
     batch_offsets,
 )
+from vdl.backends.segment import log_swap
 from vdl.backends.segment.durability import PendingWrite, SyncTracker
 from vdl.backends.segment.entry_codec import HEADER, HEADER_SIZE, encode_header, entry_is_intact
 from vdl.backends.segment.log_index import BatchRecord
@@ -58,6 +68,7 @@ from vdl.backends.segment.recent_cache import RecentCache
 from vdl.backends.segment.recovery import open_segments
 from vdl.backends.segment.segment import MAX_SEGMENT_BYTES, Segment, batch_max_timestamp
 from vdl.backends.segment.segment_list import SegmentList
+from vdl.backends.segment.staging import SegmentStaging
 
 _BATCH_HEADER_SIZE = 61
 # Index records are written out once this many durable entries are waiting (or a closed
@@ -82,18 +93,23 @@ class SegmentLogStore:
         self._roll_at = min(options.segment_bytes, MAX_SEGMENT_BYTES)
         self._preallocate = preallocate
         self._spare: SpareFile | None = None
+        self._tracker = SyncTracker(dir_fd, durable_index=segments[-1].last_index)
+        self._pins: dict[ClosedSegments, list[Segment]] = {}  # segments held for copying
+        self._adopt(segments)
+        self._closed = False
+        self._maybe_prepare_spare()
+
+    def _adopt(self, segments: list[Segment]) -> None:
+        """Take `segments` (just opened, all durable) as the whole log."""
         self._segments = SegmentList(segments)
         self._size = sum(s.size for s in segments)
         last = self._segments.active.last_index
-        self._tracker = SyncTracker(dir_fd, durable_index=last)
-        self._cache = RecentCache(options.cache_bytes, last + 1)
+        self._cache = RecentCache(self._options.cache_bytes, last + 1)
         self._index_flushed = last  # index records of entries up to here are in files
         self._unsealed_closed: list[Segment] = []  # closed, index records not all written
         self._next_offset = 0
         self._first_offset = 0
         self._recompute_offsets()
-        self._closed = False
-        self._maybe_prepare_spare()
 
     @classmethod
     def open(
@@ -107,25 +123,10 @@ class SegmentLogStore:
             raise StorageError(f"segment_bytes must be positive, not {options.segment_bytes}")
         directory.mkdir(parents=True, exist_ok=True)
         dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        segments: list[Segment] = []
         try:
-            segments = open_segments(directory)
-            if not segments:
-                segments = [Segment.create(directory, 1, 0)]
-            # Whatever recovery kept beyond the old indexes becomes durable here, so its
-            # rebuilt index records may be written (and cuts and removals stick).
-            for segment in segments:
-                if not segment.raft.records.sealed:
-                    os.fdatasync(segment.fd)
-            os.fsync(dir_fd)
-            for segment in segments:
-                segment.flush_indexes_through(segment.last_index)
-            for segment in segments[:-1]:
-                segment.seal_indexes()
+            log_swap.recover(directory)
+            segments = _load_segments(directory, dir_fd)
         except BaseException:
-            for segment in segments:
-                os.close(segment.fd)
-                segment.close_indexes()
             os.close(dir_fd)
             raise
         return cls(directory, options, segments, dir_fd, preallocate)
@@ -282,6 +283,8 @@ class SegmentLogStore:
                 self._delete_segment(segments.pop_last())
                 removed_files = True
             active = segments.active
+            if start < active.next_index:
+                self._invalidate_pins(active)  # cut in place below
             if active in self._unsealed_closed:
                 self._unsealed_closed.remove(active)
             active.unseal_indexes()  # it takes appends again
@@ -459,6 +462,8 @@ class SegmentLogStore:
             oldest = segments.first
             if keep_from is not None and segments[1].first_index > keep_from:
                 break  # it holds entries the replica has not applied yet
+            if any(oldest in held for held in self._pins.values()):
+                break  # being sent to a follower
             expired = retention.max_bytes is not None and self._size > retention.max_bytes
             if not expired and deadline is not None:
                 newest = oldest.newest_timestamp(closed=True)
@@ -475,7 +480,69 @@ class SegmentLogStore:
             self._tracker.directory_changed()
         return removed
 
+    def closed_segments(self, upto: int) -> ClosedSegments:
+        self._live()
+        # A closed segment's queued entries may not be in its file yet.
+        upto = min(upto, self._tracker.durable_index)
+        held: list[Segment] = []
+        for segment in self._segments.snapshot()[:-1]:
+            if segment.last_index > upto:
+                break
+            held.append(segment)
+        files = [
+            SegmentFile(s.path.name, s.path, s.size, s.first_index, s.last_index) for s in held
+        ]
+        pin = ClosedSegments(files, self._unpin)
+        if held:
+            self._pins[pin] = held
+        return pin
+
+    def _unpin(self, pin: ClosedSegments) -> None:
+        self._pins.pop(pin, None)
+
+    def _invalidate_pins(self, segment: Segment | None = None) -> None:
+        """Break the holds on `segment` (None: on every segment)."""
+        for pin, held in list(self._pins.items()):
+            if segment is None or segment in held:
+                pin.invalidate()
+                del self._pins[pin]
+
+    def stage_snapshot(self) -> SnapshotStaging:
+        self._live()
+        return SegmentStaging(log_swap.new_staging_path(self._directory), self._roll_at)
+
+    def install_snapshot(self, staging: SnapshotStaging) -> None:
+        self._live()
+        if (
+            not isinstance(staging, SegmentStaging)
+            or not staging.finished
+            or staging.directory.parent != self._directory
+        ):
+            raise StorageError("only a finished staging of this store can be installed")
+        self._invalidate_pins()
+        if self._spare is not None:
+            # Loading the new log removes spare files (recovery cannot trust them).
+            self._spare.discard()
+            self._spare = None
+        with self._tracker.writes_paused():
+            log_swap.commit(self._directory, staging.directory)
+            try:
+                for segment in self._segments.snapshot():
+                    self._tracker.retire(segment.fd)
+                    segment.close_indexes()
+                log_swap.roll_forward(self._directory)
+                segments = _load_segments(self._directory, None)
+            except BaseException:
+                # The new log is committed; opening the store again finishes the swap.
+                self._closed = True
+                self._tracker.close()
+                raise
+            self._tracker.restart_at(segments[-1].last_index)
+        self._adopt(segments)
+        self._maybe_prepare_spare()
+
     def _delete_segment(self, segment: Segment) -> None:
+        self._invalidate_pins(segment)
         if segment in self._unsealed_closed:
             self._unsealed_closed.remove(segment)
         self._size -= segment.size
@@ -494,6 +561,7 @@ class SegmentLogStore:
                 self._flush_indexes(force=True)
         finally:
             self._closed = True
+            self._invalidate_pins()
             if self._spare is not None:
                 self._spare.discard()
                 self._spare = None
@@ -520,6 +588,35 @@ class SegmentLogStore:
             if segment.log.count:
                 self._first_offset = segment.log.record(0).base_offset
                 break
+
+
+def _load_segments(directory: Path, dir_fd: int | None) -> list[Segment]:
+    """Recover the segments of `directory` (a new one if there are none) and make what
+    recovery kept durable and indexed."""
+    segments: list[Segment] = []
+    try:
+        segments = open_segments(directory)
+        if not segments:
+            segments = [Segment.create(directory, 1, 0)]
+        # Whatever recovery kept beyond the old indexes becomes durable here, so its
+        # rebuilt index records may be written (and cuts and removals stick).
+        for segment in segments:
+            if not segment.raft.records.sealed:
+                os.fdatasync(segment.fd)
+        if dir_fd is None:
+            log_swap.fsync_directory(directory)
+        else:
+            os.fsync(dir_fd)
+        for segment in segments:
+            segment.flush_indexes_through(segment.last_index)
+        for segment in segments[:-1]:
+            segment.seal_indexes()
+    except BaseException:
+        for segment in segments:
+            os.close(segment.fd)
+            segment.close_indexes()
+        raise
+    return segments
 
 
 def _read_entries(
