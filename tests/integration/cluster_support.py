@@ -54,6 +54,7 @@ class Cluster:
         raft_ports = {i: free_port() for i in range(1, size + 1)}
         peers = ",".join(f"{i}=127.0.0.1:{p}" for i, p in raft_ports.items())
         self.raft_ports = raft_ports
+        self.peers = peers  # the --peers value, for a node that joins later
         self.nodes = {
             i: NodeProcess(
                 root / f"node{i}",

@@ -7,53 +7,13 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from tests.integration.cluster_support import partition_seen_by
-from tests.integration.node_process import NodeProcess, free_port
+from tests.integration.cluster_support import Cluster, partition_seen_by
 
 TOPIC = "replicated"
-
-
-class Cluster:
-    def __init__(self, root: Path, size: int = 3) -> None:
-        raft_ports = {i: free_port() for i in range(1, size + 1)}
-        peers = ",".join(f"{i}=127.0.0.1:{p}" for i, p in raft_ports.items())
-        self.raft_ports = raft_ports
-        self.peers = peers
-        self.nodes = {
-            i: NodeProcess(
-                root / f"node{i}",
-                "--node-id",
-                str(i),
-                "--peers",
-                peers,
-                "--raft-tick-ms",
-                "50",
-                "--shutdown-grace-ms",
-                "5000",
-            )
-            for i in raft_ports
-        }
-
-    @property
-    def bootstrap(self) -> str:
-        return ",".join(n.bootstrap for n in self.nodes.values() if n.alive())
-
-    def start(self) -> None:
-        for node in self.nodes.values():
-            node.start()
-
-    def stop(self) -> None:
-        for node in self.nodes.values():
-            if node.alive():
-                try:
-                    node.stop(30)
-                except Exception:
-                    node.kill()
 
 
 def _metadata(bootstrap: str) -> object:
@@ -65,7 +25,7 @@ def _wait_for_leader(cluster: Cluster, topic: str, exclude: int | None = None) -
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
-            md = _metadata(cluster.bootstrap)
+            md = _metadata(cluster.alive_bootstrap())
             part = md.topics[topic].partitions[0]  # type: ignore[attr-defined]
             if part.leader > 0 and part.leader != exclude and part.error is None:
                 return int(part.leader)
@@ -78,7 +38,7 @@ def _wait_for_leader(cluster: Cluster, topic: str, exclude: int | None = None) -
 def _create_topic(cluster: Cluster) -> None:
     deadline = time.monotonic() + 60
     while True:
-        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        admin = AdminClient({"bootstrap.servers": cluster.alive_bootstrap()})
         futures = admin.create_topics([NewTopic(TOPIC, num_partitions=1, replication_factor=3)])
         try:
             futures[TOPIC].result(timeout=30)
@@ -149,7 +109,7 @@ def test_acked_messages_survive_killing_the_leader(cluster: Cluster) -> None:
 
     producer = Producer(
         {
-            "bootstrap.servers": cluster.bootstrap,
+            "bootstrap.servers": cluster.alive_bootstrap(),
             "acks": "all",
             "enable.idempotence": True,
             "linger.ms": 5,

@@ -16,7 +16,8 @@ import time
 import pytest
 from confluent_kafka import Producer
 
-from tests.integration.test_cluster import TOPIC, Cluster, _create_topic, _read_all
+from tests.integration.cluster_support import Cluster
+from tests.integration.test_cluster import TOPIC, _create_topic, _read_all
 
 
 class AckedProducer:
@@ -82,7 +83,7 @@ class AckedProducer:
 
 
 def _check(cluster: Cluster, acked: dict[bytes, int]) -> None:
-    read = dict(_read_all(cluster.bootstrap, TOPIC, len(acked), timeout=120))
+    read = dict(_read_all(cluster.alive_bootstrap(), TOPIC, len(acked), timeout=120))
     missing = [(v, o) for v, o in acked.items() if read.get(o) != v]
     assert not missing, f"{len(missing)} acked messages lost or moved, e.g. {missing[:3]}"
 

@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from tests.integration.test_cluster import Cluster
+from tests.integration.cluster_support import Cluster
 
 TOPIC = "spread"
 PARTITIONS = 5
@@ -31,7 +31,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
 def _create(cluster: Cluster) -> None:
     deadline = time.monotonic() + 60
     while True:
-        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        admin = AdminClient({"bootstrap.servers": cluster.alive_bootstrap()})
         futures = admin.create_topics(
             [NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=3)]
         )

@@ -13,9 +13,9 @@ from pathlib import Path
 import trio
 from confluent_kafka import KafkaException, Producer
 
-from tests.integration.cluster_support import partition_seen_by
+from tests.integration.cluster_support import Cluster, partition_seen_by
 from tests.integration.node_process import NodeProcess, free_port
-from tests.integration.test_cluster import TOPIC, Cluster, _create_topic, _read_all
+from tests.integration.test_cluster import TOPIC, _create_topic, _read_all
 from vdl.consensus.transport import send_admin_command
 
 
@@ -117,7 +117,7 @@ def test_a_fourth_node_joins_replicates_and_leaves_under_load(
     assert producer.flush(60) == 0
     assert not errors, errors[:3]
     assert len(acked) > 100
-    read = dict(_read_all(cluster.bootstrap, TOPIC, len(acked)))
+    read = dict(_read_all(cluster.alive_bootstrap(), TOPIC, len(acked)))
     for value, offset in acked.items():
         assert read.get(offset) == value, (value, offset)
     # Both group 0 and the partition's group went learner -> voter -> removed.

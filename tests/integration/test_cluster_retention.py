@@ -14,7 +14,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from tests.integration.test_cluster import Cluster, _wait_for_leader
+from tests.integration.cluster_support import Cluster
+from tests.integration.test_cluster import _wait_for_leader
 
 TOPIC = "retained"
 INSTALLED = re.compile(r"installed a snapshot of \d+\.\.\d+ from node \d+: (\d+) segment files")
@@ -89,7 +90,7 @@ def _low_watermark(bootstrap: str) -> int:
 def test_a_follower_behind_retention_catches_up_through_a_snapshot(cluster: Cluster) -> None:
     deadline = time.monotonic() + 60
     while True:
-        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        admin = AdminClient({"bootstrap.servers": cluster.alive_bootstrap()})
         # ~20 messages a segment, ~300 of them kept.
         configs = {"segment.bytes": "20000", "retention.bytes": "300000"}
         future = admin.create_topics([NewTopic(TOPIC, 1, 3, config=configs)])[TOPIC]
@@ -100,13 +101,13 @@ def test_a_follower_behind_retention_catches_up_through_a_snapshot(cluster: Clus
             assert time.monotonic() < deadline
             time.sleep(0.5)
     leader = _wait_for_leader(cluster, TOPIC)
-    _produce(cluster.bootstrap, 100, b"a")
+    _produce(cluster.alive_bootstrap(), 100, b"a")
     lagging, other = (n for n in cluster.nodes if n != leader)
     cluster.nodes[lagging].kill()
-    acked = _produce(cluster.bootstrap, 1000, b"b")
+    acked = _produce(cluster.alive_bootstrap(), 1000, b"b")
     # The leader's retention removes whole closed segments, the lagging one's next ones too.
     deadline = time.monotonic() + 30
-    while _low_watermark(cluster.bootstrap) <= 500:
+    while _low_watermark(cluster.alive_bootstrap()) <= 500:
         assert time.monotonic() < deadline, "retention did not run"
         time.sleep(0.3)
     cluster.nodes[lagging].start()
