@@ -282,8 +282,16 @@ class MetaStore(Protocol):
 
     def delete(self, key: bytes) -> None: ...
 
-    def write_batch(self, puts: dict[bytes, bytes], deletes: Sequence[bytes] = ()) -> None:
-        """Apply all puts and deletes atomically."""
+    def write_batch(
+        self, puts: dict[bytes, bytes], deletes: Sequence[bytes] = (), *, sync: bool = True
+    ) -> None:
+        """Apply all puts and deletes atomically; durable on return unless `sync` is False.
+
+        An unsynced batch survives the process being killed (the OS holds it) but not the
+        machine failing; it is for state rebuilt from a durable log anyway (what group 0's
+        commands write), where a synced write per command would only cost an fdatasync.
+        Batches stay in order: a later synced write makes every earlier one durable too.
+        """
         ...
 
     def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:

@@ -53,7 +53,8 @@ class ReplicatedGroups:
         state.handlers[STORE_GROUP] = self._apply
 
     def _apply(self, command: Command) -> Outcome:
-        self.store.put(record_from_doc(command["record"]))
+        # Unsynced, as applied offsets are (offset_commands.py): the log replays it.
+        self.store.put(record_from_doc(command["record"]), sync=False)
         return Outcome()
 
     def submit(self, record: GroupRecord) -> None:

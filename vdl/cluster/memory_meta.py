@@ -19,7 +19,9 @@ class MemoryMetaStore:
     def delete(self, key: bytes) -> None:
         self._data.pop(key, None)
 
-    def write_batch(self, puts: dict[bytes, bytes], deletes: Sequence[bytes] = ()) -> None:
+    def write_batch(
+        self, puts: dict[bytes, bytes], deletes: Sequence[bytes] = (), *, sync: bool = True
+    ) -> None:
         for key in deletes:
             self._data.pop(key, None)
         self._data.update(puts)

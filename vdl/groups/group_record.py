@@ -129,8 +129,8 @@ class GroupRecordStore:
     def __init__(self, meta: MetaStore) -> None:
         self._meta = meta
 
-    def put(self, record: GroupRecord) -> None:
-        self._meta.put(record_key(record.group_id), encode_record(record))
+    def put(self, record: GroupRecord, *, sync: bool = True) -> None:
+        self._meta.write_batch({record_key(record.group_id): encode_record(record)}, sync=sync)
 
     def records(self) -> Iterator[GroupRecord]:
         for _, raw in self._meta.scan(_PREFIX):

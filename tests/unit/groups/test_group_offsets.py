@@ -36,7 +36,9 @@ class CountingMeta:
     def delete(self, key: bytes) -> None:
         self.data.pop(key, None)
 
-    def write_batch(self, puts: dict[bytes, bytes], deletes: Sequence[bytes] = ()) -> None:
+    def write_batch(
+        self, puts: dict[bytes, bytes], deletes: Sequence[bytes] = (), *, sync: bool = True
+    ) -> None:
         self.batches += 1
         for key in deletes:
             self.data.pop(key, None)

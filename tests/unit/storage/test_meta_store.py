@@ -122,3 +122,18 @@ def test_second_open_of_same_directory_fails(tmp_path: Path) -> None:
             RocksMetaStore.open(tmp_path / "meta")
     finally:
         store.close()
+
+
+def test_unsynced_batches_are_readable_in_order_and_survive_reopen(tmp_path: Path) -> None:
+    directory = tmp_path / "meta"
+    store = RocksMetaStore.open(directory)
+    store.write_batch({b"offsets/a": b"1", b"applied": b"10"}, sync=False)
+    store.write_batch({b"offsets/a": b"2", b"applied": b"11"}, sync=False)
+    assert store.get(b"offsets/a") == b"2"
+    store.put(b"hard/term", b"3")  # a synced write makes the earlier batches durable too
+    store.close()
+    reopened = RocksMetaStore.open(directory)
+    try:
+        assert (reopened.get(b"offsets/a"), reopened.get(b"applied")) == (b"2", b"11")
+    finally:
+        reopened.close()

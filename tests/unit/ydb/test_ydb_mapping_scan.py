@@ -7,7 +7,10 @@ from vdl.log.ydb_mapping import PRODUCER_ID, SEQ_NO, YdbProducerTable
 
 
 def _ydb_batch(producer: bytes, seq_no: int, offset: int) -> bytes:
-    headers: list[tuple[str, bytes | None]] = [(PRODUCER_ID, producer), (SEQ_NO, str(seq_no).encode())]
+    headers: list[tuple[str, bytes | None]] = [
+        (PRODUCER_ID, producer),
+        (SEQ_NO, str(seq_no).encode()),
+    ]
     return build_batch([Record(None, b"v", 1_000, headers)], base_offset=offset)
 
 

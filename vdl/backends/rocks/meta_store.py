@@ -1,6 +1,7 @@
 """`MetaStore` on RocksDB: small, strongly durable metadata (topics, Raft hard state, offsets).
 
-Every write goes through the WAL with sync=True, so it is on disk when the call returns.
+Every write goes through the WAL with sync=True, so it is on disk when the call returns,
+except batches the caller marks unsynced (state it can rebuild from a durable log).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from vdl.backends.api import StorageError
 from vdl.backends.rocks.db import open_raw, rocks_errors, write_options
 
 _SYNCED = write_options(sync=True)
+_UNSYNCED = write_options(sync=False)
 
 
 class RocksMetaStore:
@@ -40,7 +42,9 @@ class RocksMetaStore:
         with rocks_errors("meta delete failed"):
             db.delete(key, _SYNCED)
 
-    def write_batch(self, puts: dict[bytes, bytes], deletes: Sequence[bytes] = ()) -> None:
+    def write_batch(
+        self, puts: dict[bytes, bytes], deletes: Sequence[bytes] = (), *, sync: bool = True
+    ) -> None:
         db = self._open_db()
         with rocks_errors("meta batch failed"):
             batch = WriteBatch(raw_mode=True)
@@ -50,7 +54,7 @@ class RocksMetaStore:
             # state the caller asks for.
             for key, value in puts.items():
                 batch.put(key, value)
-            db.write(batch, _SYNCED)
+            db.write(batch, _SYNCED if sync else _UNSYNCED)
 
     def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         db = self._open_db()
