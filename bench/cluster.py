@@ -1,6 +1,7 @@
 """A 3-node cluster (RF 3, acks=all) against this disk's raw ceiling and PySyncObj, in one run.
 
     .venv/bin/python bench/cluster.py [--messages N] [--size B] [--partitions P]
+    .venv/bin/python bench/cluster.py --sequential-only [--sequential-rounds R]
 
 Phases, in order: raw disk ceiling; three `python -m vdl.node` on loopback sharing this
 disk; full-load produce (confluent-kafka, acks=all, idempotent: MB/s and ack latency
@@ -14,6 +15,10 @@ of the raw one. PySyncObj is not a VDL dependency: `pip install pysyncobj` into 
 (the phase is skipped, and says so, without it). Targets: >= 60% of ceiling/3; p99 <= 5 ms
 at half load; one in flight >= 2,500 acks/s; failover <= 1.5 s; core >= 5x PySyncObj. A
 benchmark reports, never asserts. Everything started is stopped and removed on exit.
+
+`--sequential-only` starts the cluster and runs just the one-in-flight phase, R times on the
+same cluster, printing each run with the CPU the nodes spent per ack (nothing is saved):
+a quick way to compare commit latency across changes on a noisy machine.
 """
 
 from __future__ import annotations
@@ -101,7 +106,48 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--raw-mib", type=int, default=256)
     parser.add_argument("--dir", type=Path, default=None, help="parent of the work directory")
     parser.add_argument("--no-save", action="store_true")
+    parser.add_argument(
+        "--sequential-only",
+        action="store_true",
+        help="start the cluster and run only the one-in-flight phase (nothing is saved)",
+    )
+    parser.add_argument(
+        "--sequential-rounds",
+        type=int,
+        default=1,
+        help="with --sequential-only: how many one-in-flight runs on the same cluster",
+    )
     return parser.parse_args(argv)
+
+
+def sequential_only(args: argparse.Namespace) -> int:
+    """Just the one-in-flight phase, repeated, for quick comparisons of commit latency."""
+    workdir = Path(tempfile.mkdtemp(prefix="vdl-cluster-bench-", dir=args.dir))
+    cluster: Cluster | None = None
+    try:
+        cluster = start_cluster(workdir, args.raft_tick_ms)
+        topics = {SEQUENTIAL_TOPIC: 1}
+        create_topics(cluster.bootstrap, topics)
+        _leaders_ready(cluster.bootstrap, topics)
+        for round_ in range(args.sequential_rounds):
+            before = [n.cpu_seconds() or 0.0 for n in cluster.nodes.values()]
+            seq = run_sequential(cluster.bootstrap, args.size, args.sequential_seconds)
+            after = [n.cpu_seconds() or 0.0 for n in cluster.nodes.values()]
+            # Node CPU per ack (in node id order) shows whether the path is bound by CPU.
+            cpu_us = [1e6 * (a - b) / max(seq.acks, 1) for a, b in zip(after, before, strict=True)]
+            print(
+                f"one in flight #{round_ + 1}: {seq.per_s:.0f} /s, "
+                f"p50 {seq.p50_ms:.2f} / p99 {seq.p99_ms:.2f} ms; node CPU per ack "
+                + " / ".join(f"{c:.0f}" for c in cpu_us)
+                + " us"
+                + (f", errors {seq.errors}" if seq.errors else ""),
+                flush=True,
+            )
+    finally:
+        if cluster is not None:
+            cluster.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
 
 
 def _leaders_ready(bootstrap: str, topics: dict[str, int], timeout: float = 60) -> None:
@@ -216,6 +262,8 @@ def render(result: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.sequential_only:
+        return sequential_only(args)
     workdir = Path(tempfile.mkdtemp(prefix="vdl-cluster-bench-", dir=args.dir))
     raw_dir = workdir / "raw-disk"
     raw_dir.mkdir()

@@ -13,6 +13,10 @@ Choices worth knowing:
   acknowledgement always means "durable here".
 - Proposals only append to the in-memory tail; AppendEntries are built when `ready()` is
   called, so every proposal between two Readys travels in one message per follower.
+- A commit that moves is not broadcast on its own: followers learn it from the next
+  AppendEntries or heartbeat (every `heartbeat_tick`). Only the leader answers clients, and
+  an extra heartbeat and answer per follower per commit nearly doubled the messages (and
+  the CPU) of every acks=all write.
 - Membership takes effect when a CONFIG entry is appended (see `membership.py`).
 - Pre-vote and check-quorum are on by default; while a node hears from a leader (within an
   election timeout) it ignores vote requests, unless they come from a leader transfer.
@@ -111,7 +115,6 @@ class RaftNode:
         self._msgs: list[Message] = []
         self._msgs_after: list[Message] = []
         self._bcast_entries = False
-        self._bcast_commit = False
         self._awaiting_advance = False
         self._prev_hard_state = hs
         self._become_follower(self.term, NO_NODE)
@@ -249,8 +252,8 @@ class RaftNode:
 
     def on_persisted(self, index: int, term: int) -> None:
         """Everything up to the entry (index, term) is durable locally (see ready.py)."""
-        if self._log.stable_to(index, term) and self.role is Role.LEADER and self._maybe_commit():
-            self._bcast_commit = True
+        if self._log.stable_to(index, term) and self.role is Role.LEADER:
+            self._maybe_commit()
 
     def step(self, m: Message) -> None:
         if m.dst != self.id:
@@ -285,7 +288,7 @@ class RaftNode:
         return bool(
             self._msgs
             or self._msgs_after
-            or (self.role is Role.LEADER and (self._bcast_entries or self._bcast_commit))
+            or (self.role is Role.LEADER and self._bcast_entries)
             or self._log.unstable.has_ready()
             or self._log.has_applicable()
             or self.hard_state() != self._prev_hard_state
@@ -348,7 +351,6 @@ class RaftNode:
         self._transferee = NO_NODE
         self._progress = {}
         self._bcast_entries = False
-        self._bcast_commit = False
 
     def _become_follower(self, term: int, leader: int) -> None:
         self._reset(term)
@@ -591,10 +593,8 @@ class RaftNode:
                 pr.state is ProgressState.SNAPSHOT and pr.match >= pr.pending_snapshot
             ):
                 pr.become_replicate()
-            if self._maybe_commit():
-                self._bcast_commit = True
-                if self.role is not Role.LEADER:
-                    return  # that commit removed us
+            if self._maybe_commit() and self.role is not Role.LEADER:
+                return  # that commit removed us
             if m.src == self._transferee and pr.match == self._log.last_index():
                 self._send(TimeoutNow(self.id, m.src, self.term))
         while self._send_append(m.src):
@@ -638,15 +638,11 @@ class RaftNode:
             self._become_follower(self.term, NO_NODE)
 
     def _flush_broadcast(self) -> None:
-        if self.role is Role.LEADER and (self._bcast_entries or self._bcast_commit):
+        if self.role is Role.LEADER and self._bcast_entries:
             for peer in sorted(self._progress):
-                sent = False
                 while self._send_append(peer):
-                    sent = True
-                if not sent and self._bcast_commit:
-                    self._send_heartbeat(peer)
+                    pass
         self._bcast_entries = False
-        self._bcast_commit = False
 
     def _send_heartbeat(self, peer: int) -> None:
         # Never more than the follower is known to hold: it must not commit entries it
@@ -697,8 +693,7 @@ class RaftNode:
                 changed = True
         if changed and self.role is Role.LEADER:
             self._sync_progress()
-            if self._maybe_commit():
-                self._bcast_commit = True
+            self._maybe_commit()
 
     def _send(self, message: Message, *, after_persist: bool = False) -> None:
         (self._msgs_after if after_persist else self._msgs).append(message)
