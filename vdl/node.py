@@ -30,6 +30,7 @@ from vdl.cluster.group_commands import ReplicatedGroups
 from vdl.cluster.manager import ClusterManager, ClusterSettings
 from vdl.cluster.memory_meta import MemoryMetaStore
 from vdl.cluster.offset_commands import ReplicatedOffsets
+from vdl.cluster.token_key_commands import ReplicatedTokenKey
 from vdl.cluster.user_commands import ReplicatedUsers
 from vdl.config import ConfigError, HostPort, NodeConfig, load_config
 from vdl.consensus.peer_tls import PeerTls
@@ -104,6 +105,7 @@ class Node:
         self._cluster: ClusterManager | None = None
         self._replicated_offsets: ReplicatedOffsets | None = None
         self._replicated_groups: ReplicatedGroups | None = None
+        self._token_key: ReplicatedTokenKey | None = None
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -195,6 +197,9 @@ class Node:
                 # Group records likewise: the next coordinator loads them.
                 self._replicated_groups = ReplicatedGroups(self._cluster.metadata, meta)
                 self._replicated_groups.register(self._cluster.state)
+                # One YDB token secret for all nodes: a token works wherever discovery sends.
+                self._token_key = ReplicatedTokenKey(self._cluster.metadata, meta)
+                self._token_key.register(self._cluster.state)
                 # ACLs too: every node applies `vdl acl` changes made on any node. A node
                 # without users still records them, for when it gets a users file.
                 acls = self._security.acls or AclStore(meta, config.superusers, enabled=False)
@@ -267,6 +272,8 @@ class Node:
                         async with trio.open_nursery() as nursery:
                             nursery.start_soon(role.run)
                             nursery.start_soon(replicated_groups.run)
+                            if self._token_key is not None:
+                                nursery.start_soon(self._token_key.run)
 
                 root.start_soon(coordinate)
             else:
@@ -310,6 +317,11 @@ class Node:
                 token_lifetime_ms=config.token_lifetime_ms,
                 cluster=ydb_cluster,
             )
+            token_key = self._token_key
+            if token_key is not None:
+                if token_key.secret is not None:
+                    ydb.auth.signer.adopt(token_key.secret)
+                token_key.on_secret.append(ydb.auth.signer.adopt)
             tls = config.tls_cert is not None and config.tls_key is not None
             grpc = GrpcServer(ssl_context=self._grpc_tls)
             ydb.register(grpc)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import ydb
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
@@ -174,3 +175,49 @@ def test_on_one_node_users_go_into_its_table(tmp_path: Path) -> None:
         assert run("topic", "list", user=NEW_USER).returncode != 0
         missing = run("user", "remove", NEW_USER)
         assert missing.returncode != 0 and "no user" in missing.stderr, missing
+
+
+def _token_from(cluster: Cluster, node: int) -> str:
+    """Log in as admin on `node` with the ydb SDK's static credentials."""
+    config = ydb.DriverConfig(
+        endpoint=f"grpc://{cluster.nodes[node].grpc_address}",
+        database="/local",
+        disable_discovery=True,
+    )
+    credentials = ydb.StaticCredentials(config, "admin", PASSWORDS["admin"])  # type: ignore[no-untyped-call]
+    token = credentials.get_auth_token()
+    assert token
+    return str(token)
+
+
+def _token_works(cluster: Cluster, node: int, token: str) -> bool:
+    config = ydb.DriverConfig(
+        endpoint=f"grpc://{cluster.nodes[node].grpc_address}",
+        database="/local",
+        credentials=ydb.AccessTokenCredentials(token),  # type: ignore[no-untyped-call]
+        disable_discovery=True,
+    )
+    driver = ydb.Driver(driver_config=config)
+    try:
+        driver.wait(timeout=10, fail_fast=True)
+        driver.scheme_client.list_directory("/local")  # type: ignore[no-untyped-call]
+    except ydb.Unauthorized:
+        return False
+    finally:
+        driver.stop()
+    return True
+
+
+def test_a_token_from_one_node_is_accepted_by_every_node(cluster: Cluster) -> None:
+    """The SDK logs in on one node and sends the token wherever discovery points it: the
+    nodes sign tokens with one secret agreed through the metadata group."""
+    until_ok(lambda: vdl(cluster, 1, "topic", "list"))
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        token = _token_from(cluster, 1)  # signed with the shared secret once agreed
+        if all(_token_works(cluster, node, token) for node in (1, 2, 3)):
+            break
+        assert time.monotonic() < deadline, "a node-1 token was never accepted everywhere"
+        time.sleep(0.3)
+    forged = token[: token.rindex(".") + 1] + "A" * 43
+    assert not _token_works(cluster, 2, forged)

@@ -82,9 +82,20 @@ class Identity:
         return principal_of(self.user)
 
 
-@dataclass(frozen=True, slots=True)
 class TokenSigner:
-    secret: bytes
+    """Issues and checks login tokens (HMAC-SHA256 over user and expiry).
+
+    Each node starts with a secret of its own; on a cluster, the metadata group hands every
+    node one shared secret (`adopt`, from `vdl.cluster.token_key_commands`), so a token from
+    one node's Login works on every node, as the SDK expects after discovery. Tokens made
+    with the node's own secret before that stay valid until they expire.
+    """
+
+    __slots__ = ("_accepted", "secret")
+
+    def __init__(self, secret: bytes, *older: bytes) -> None:
+        self.secret = secret
+        self._accepted = (secret, *older)
 
     @classmethod
     def from_meta(cls, meta: MetaStore) -> TokenSigner:
@@ -94,18 +105,26 @@ class TokenSigner:
             meta.put(_SECRET_KEY, secret)
         return cls(secret)
 
-    def _mac(self, body: str) -> str:
-        return _b64(hmac.new(self.secret, body.encode(), hashlib.sha256).digest())
+    def adopt(self, shared: bytes) -> None:
+        """Issue with the cluster's shared secret from now on; keep accepting the old."""
+        if shared != self.secret:
+            self._accepted = (shared, *self._accepted)
+            self.secret = shared
+
+    @staticmethod
+    def _mac(secret: bytes, body: str) -> str:
+        return _b64(hmac.new(secret, body.encode(), hashlib.sha256).digest())
 
     def issue(self, user: str, now_ms: int, lifetime_ms: int = TOKEN_LIFETIME_MS) -> str:
         body = f"v1.{_b64(user.encode())}.{now_ms + lifetime_ms}"
-        return f"{body}.{self._mac(body)}"
+        return f"{body}.{self._mac(self.secret, body)}"
 
     def identify(self, token: str, now_ms: int) -> Identity:
         """Raises YdbError UNAUTHORIZED if the token is forged, malformed or expired."""
         body, _, mac = token.rpartition(".")
         parts = body.split(".")
-        if len(parts) != 3 or parts[0] != "v1" or not hmac.compare_digest(mac, self._mac(body)):
+        signed = any(hmac.compare_digest(mac, self._mac(key, body)) for key in self._accepted)
+        if len(parts) != 3 or parts[0] != "v1" or not signed:
             raise YdbError(StatusIds.UNAUTHORIZED, "invalid auth token")
         try:
             identity = Identity(_unb64(parts[1]).decode(), int(parts[2]))
