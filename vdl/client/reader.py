@@ -24,20 +24,16 @@ from typing import Any, Literal
 
 import trio
 
-from vdl.client import backoff
 from vdl.client.connection import Connection
 from vdl.client.errors import (
     ClosedError,
     CommitError,
     ProtocolError,
-    breaks_connection,
     check_status,
-    is_retriable,
-    is_slow_retry,
-    root_error,
     timeout_after,
 )
 from vdl.client.messages import ReadMessage
+from vdl.client.stream_sessions import run_sessions
 from vdl.net.grpc import GrpcChannel, GrpcError, StatusCode
 from vdl.net.grpc.client import ClientStream
 from vdl.net.grpc.driver import Signal, unwrap_single_exception
@@ -220,31 +216,16 @@ class Reader:
             self._changed.fire()
 
     async def _reconnect_loop(self) -> None:
-        attempt = 0
-        while not self._closing:
-            try:
-                channel = await self._connection.channel()
-            except Exception as exc:
-                self._error = exc
-                return
-            streams_before = self.streams
-            try:
-                await self._session(channel)
-                error: BaseException = GrpcError(StatusCode.UNAVAILABLE, "read stream ended")
-            except Exception as exc:
-                error = root_error(exc)
-            if not is_retriable(error) or self._closing:
-                # Closing: commits belong to the stream that ended, a new one cannot ack them.
-                if not self._closing:
-                    self._error = error
-                return
-            if breaks_connection(error):
-                self._connection.report_broken(channel)
-            if self.streams > streams_before:
-                attempt = 0
-            policy = backoff.SLOW if is_slow_retry(error) else backoff.FAST
-            await trio.sleep(policy.delay(attempt))
-            attempt += 1
+        error = await run_sessions(
+            self._connection,
+            self._session,
+            lambda: self.streams,
+            what="read",
+            # Closing: commits belong to the stream that ended, a new one cannot ack them.
+            closing=lambda: self._closing,
+        )
+        if error is not None:
+            self._error = error
 
     async def _session(self, channel: GrpcChannel) -> None:
         send, outgoing = trio.open_memory_channel[bytes](64)

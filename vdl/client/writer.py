@@ -25,21 +25,17 @@ from dataclasses import dataclass, field
 
 import trio
 
-from vdl.client import backoff
 from vdl.client.connection import Connection
 from vdl.client.errors import (
     BufferFullError,
     ClosedError,
     CloseTimeoutError,
     ProtocolError,
-    breaks_connection,
     check_status,
-    is_retriable,
-    is_slow_retry,
-    root_error,
     timeout_after,
 )
 from vdl.client.messages import Message, WriteResult
+from vdl.client.stream_sessions import run_sessions
 from vdl.net.grpc import GrpcChannel, GrpcError, StatusCode
 from vdl.net.grpc.client import ClientStream
 from vdl.net.grpc.driver import Signal, unwrap_single_exception
@@ -280,29 +276,11 @@ class Writer:
         self._changed.fire()
 
     async def _reconnect_loop(self) -> None:
-        attempt = 0
-        while True:
-            try:
-                channel = await self._connection.channel()
-            except Exception as exc:  # closed connection, or it can never connect
-                self._fail(exc)
-                return
-            sessions_before = self.sessions
-            try:
-                await self._session(channel)
-                error: BaseException = GrpcError(StatusCode.UNAVAILABLE, "write stream ended")
-            except Exception as exc:
-                error = root_error(exc)
-            if not is_retriable(error):
-                self._fail(error)
-                return
-            if breaks_connection(error):
-                self._connection.report_broken(channel)
-            if self.sessions > sessions_before:
-                attempt = 0
-            policy = backoff.SLOW if is_slow_retry(error) else backoff.FAST
-            await trio.sleep(policy.delay(attempt))
-            attempt += 1
+        error = await run_sessions(
+            self._connection, self._session, lambda: self.sessions, what="write"
+        )
+        if error is not None:
+            self._fail(error)
 
     async def _session(self, channel: GrpcChannel) -> None:
         async with channel.stream(WRITE_METHOD, self._connection.metadata()) as call:
