@@ -10,76 +10,13 @@ from __future__ import annotations
 
 import random
 import signal
-import threading
 import time
 
 import pytest
-from confluent_kafka import Producer
 
+from tests.integration.acked_producer import AckedProducer
 from tests.integration.cluster_support import Cluster
 from tests.integration.test_cluster import TOPIC, _create_topic, _read_all
-
-
-class AckedProducer:
-    """A background thread producing numbered messages; remembers each ack's offset."""
-
-    def __init__(self, bootstrap: str) -> None:
-        self.acked: dict[bytes, int] = {}
-        self.errors: list[str] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "acks": "all",
-                "enable.idempotence": True,
-                "linger.ms": 5,
-                "message.timeout.ms": 120000,
-                "topic.metadata.refresh.interval.ms": 1000,
-                "reconnect.backoff.max.ms": 500,
-            }
-        )
-        self._thread = threading.Thread(target=self._run)
-
-    def _on_delivery(self, err: object, msg: object) -> None:
-        with self._lock:
-            if err is None:
-                self.acked[msg.value()] = msg.offset()  # type: ignore[attr-defined]
-            else:
-                self.errors.append(str(err))
-
-    def _run(self) -> None:
-        sent = 0
-        while not self._stop.is_set():
-            try:
-                value = b"c%08d" % sent
-                self._producer.produce(TOPIC, value=value, on_delivery=self._on_delivery)
-                sent += 1
-            except BufferError:
-                pass
-            self._producer.poll(0.002)
-
-    def count(self) -> int:
-        with self._lock:
-            return len(self.acked)
-
-    def wait_acks(self, more: int, timeout: float = 60) -> None:
-        target = self.count() + more
-        deadline = time.monotonic() + timeout
-        while self.count() < target:
-            assert time.monotonic() < deadline, f"acks stalled at {self.count()}"
-            time.sleep(0.05)
-
-    def __enter__(self) -> AckedProducer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def finish(self) -> None:
-        assert self._producer.flush(120) == 0, "messages still unacknowledged"
 
 
 def _check(cluster: Cluster, acked: dict[bytes, int]) -> None:
@@ -91,7 +28,7 @@ def _check(cluster: Cluster, acked: dict[bytes, int]) -> None:
 def test_sigterm_of_the_whole_cluster_loses_nothing_acked(cluster: Cluster) -> None:
     _create_topic(cluster)
     bootstrap = ",".join(n.bootstrap for n in cluster.nodes.values())
-    with AckedProducer(bootstrap) as producer:
+    with AckedProducer(bootstrap, TOPIC) as producer:
         producer.wait_acks(500)
         processes = [n.process for n in cluster.nodes.values()]
         for process in processes:
@@ -104,7 +41,7 @@ def test_sigterm_of_the_whole_cluster_loses_nothing_acked(cluster: Cluster) -> N
         producer.wait_acks(300)
     producer.finish()
     assert producer.count() >= before + 300
-    _check(cluster, producer.acked)
+    _check(cluster, {v: offset for v, (_, offset) in producer.acked.items()})
 
 
 @pytest.mark.slow
@@ -113,7 +50,7 @@ def test_chaos_kill_and_restart_random_nodes_under_load(cluster: Cluster) -> Non
     rng = random.Random(20261122)
     bootstrap = ",".join(n.bootstrap for n in cluster.nodes.values())
     rounds = 0
-    with AckedProducer(bootstrap) as producer:
+    with AckedProducer(bootstrap, TOPIC) as producer:
         producer.wait_acks(200)
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
@@ -128,4 +65,4 @@ def test_chaos_kill_and_restart_random_nodes_under_load(cluster: Cluster) -> Non
     producer.finish()
     print(f"chaos: {rounds} kill -9/restart rounds, {producer.count()} acked")
     assert rounds >= 10
-    _check(cluster, producer.acked)
+    _check(cluster, {v: offset for v, (_, offset) in producer.acked.items()})

@@ -6,19 +6,19 @@ acknowledged."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     ConfigResource,
     NewTopic,
 )
 
+from tests.integration.acked_producer import AckedProducer
 from tests.integration.cluster_support import Cluster
 
 TOPIC = "placed"
@@ -89,72 +89,6 @@ def _wait_leaders(cluster: Cluster, ok: Callable[[int], bool], timeout: float, w
     raise AssertionError(f"leaders not {what} within {timeout}s: {seen}")
 
 
-class _Writer:
-    """A background acks=all producer over every partition; remembers where each ack
-    put its message."""
-
-    def __init__(self, bootstrap: str) -> None:
-        self.acked: dict[bytes, tuple[int, int]] = {}
-        self.errors: list[str] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "acks": "all",
-                "enable.idempotence": True,
-                "linger.ms": 5,
-                "message.timeout.ms": 60000,
-                "topic.metadata.refresh.interval.ms": 500,
-                "reconnect.backoff.max.ms": 500,
-            }
-        )
-        self._thread = threading.Thread(target=self._run)
-
-    def _on_delivery(self, err: object, msg: object) -> None:
-        with self._lock:
-            if err is None:
-                self.acked[msg.value()] = (msg.partition(), msg.offset())  # type: ignore[attr-defined]
-            else:
-                self.errors.append(str(err))
-
-    def _run(self) -> None:
-        sent = 0
-        while not self._stop.is_set():
-            try:
-                value = b"p%08d" % sent
-                self._producer.produce(
-                    TOPIC, value=value, partition=sent % PARTITIONS, on_delivery=self._on_delivery
-                )
-                sent += 1
-            except BufferError:
-                pass
-            self._producer.poll(0.005)
-
-    def count(self) -> int:
-        with self._lock:
-            return len(self.acked)
-
-    def wait_acks(self, more: int, timeout: float = 20) -> None:
-        target = self.count() + more
-        deadline = time.monotonic() + timeout
-        while self.count() < target:
-            assert time.monotonic() < deadline, f"acks stalled at {self.count()}: {self.errors[:3]}"
-            time.sleep(0.05)
-
-    def __enter__(self) -> _Writer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def finish(self) -> None:
-        assert self._producer.flush(30) == 0, "messages still unacknowledged"
-        assert not self.errors, self.errors[:3]
-
-
 def _read_all(bootstrap: str, expected: int, timeout: float = 30) -> dict[tuple[int, int], bytes]:
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": "verify", "enable.auto.commit": False}
@@ -179,7 +113,10 @@ def test_leaders_follow_the_preferred_dc_through_a_kill_and_restart(cluster: Clu
     _create(cluster)
     assert _described_preference(cluster) == "a"
     _wait_leaders(cluster, lambda leader: leader == 1, 20, "on node 1 (dc a)")
-    with _Writer(cluster.bootstrap) as writer:
+    writer = AckedProducer(
+        cluster.bootstrap, TOPIC, partitions=PARTITIONS, message_timeout_ms=60000, poll_s=0.005
+    )
+    with writer:
         writer.wait_acks(200)
         cluster.nodes[1].kill()
         _wait_leaders(cluster, lambda leader: leader in (2, 3), 20, "in dc b")
@@ -189,7 +126,8 @@ def test_leaders_follow_the_preferred_dc_through_a_kill_and_restart(cluster: Clu
         _wait_leaders(cluster, lambda leader: leader == 1, 20, "back on node 1")
         print(f"leaders back on node 1 {time.monotonic() - started:.1f}s after its restart")
         writer.wait_acks(200)
-    writer.finish()
+    writer.finish(30)
+    assert not writer.errors, writer.errors[:3]
     read = _read_all(cluster.bootstrap, len(writer.acked))
     missing = [(v, at) for v, at in writer.acked.items() if read.get(at) != v]
     assert not missing, f"{len(missing)} acked messages lost or moved, e.g. {missing[:3]}"
