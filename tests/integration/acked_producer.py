@@ -89,3 +89,49 @@ class AckedProducer:
     def finish(self, timeout: float = 120) -> None:
         """Every message sent is acknowledged or failed (failures stay in `errors`)."""
         assert self._producer.flush(timeout) == 0, "messages still unacknowledged"
+
+
+class NumberedProducer:
+    """An acks=all idempotent producer the test drives itself: `produce(n)` sends the next
+    n numbered messages, and `acked` maps each acknowledged value to its offset."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.acked: dict[bytes, int] = {}
+        self.errors: list[str] = []
+        self.sent = 0
+        self._topic = topic
+        self._lock = threading.Lock()
+        self._producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "message.timeout.ms": 60000,
+                "topic.metadata.refresh.interval.ms": 1000,
+            }
+        )
+
+    def _on_delivery(self, err: object, msg: object) -> None:
+        with self._lock:
+            if err is None:
+                self.acked[msg.value()] = msg.offset()  # type: ignore[attr-defined]
+            else:
+                self.errors.append(str(err))
+
+    def produce(self, count: int) -> None:
+        for _ in range(count):
+            value = b"m%06d" % self.sent
+            self.sent += 1
+            while True:
+                try:
+                    self._producer.produce(self._topic, value=value, on_delivery=self._on_delivery)
+                    break
+                except BufferError:
+                    self._producer.poll(0.05)
+            self._producer.poll(0)
+            time.sleep(0.001)
+
+    def flush(self, timeout: float) -> int:
+        """Messages still unacknowledged after `timeout` seconds."""
+        return int(self._producer.flush(timeout))

@@ -5,12 +5,12 @@ the killed node comes back and catches up."""
 
 from __future__ import annotations
 
-import threading
 import time
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from tests.integration.acked_producer import NumberedProducer
 from tests.integration.cluster_support import Cluster, partition_seen_by
 
 TOPIC = "replicated"
@@ -96,45 +96,10 @@ def test_metadata_lists_every_node_and_the_partitions_replicas(cluster: Cluster)
 def test_acked_messages_survive_killing_the_leader(cluster: Cluster) -> None:
     _create_topic(cluster)
     leader = _wait_for_leader(cluster, TOPIC)
-    acked: dict[bytes, int] = {}
-    errors: list[str] = []
-    lock = threading.Lock()
-
-    def on_delivery(err: object, msg: object) -> None:
-        with lock:
-            if err is None:
-                acked[msg.value()] = msg.offset()  # type: ignore[attr-defined]
-            else:
-                errors.append(str(err))
-
-    producer = Producer(
-        {
-            "bootstrap.servers": cluster.alive_bootstrap(),
-            "acks": "all",
-            "enable.idempotence": True,
-            "linger.ms": 5,
-            "message.timeout.ms": 60000,
-            "topic.metadata.refresh.interval.ms": 1000,
-        }
-    )
-    sent = 0
-
-    def produce(count: int) -> None:
-        nonlocal sent
-        for _ in range(count):
-            value = b"m%06d" % sent
-            sent += 1
-            while True:
-                try:
-                    producer.produce(TOPIC, value=value, on_delivery=on_delivery)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-            producer.poll(0)
-            time.sleep(0.001)
-
+    writer = NumberedProducer(cluster.alive_bootstrap(), TOPIC)
+    acked, errors, produce = writer.acked, writer.errors, writer.produce
     produce(300)
-    producer.flush(30)
+    writer.flush(30)
     assert len(acked) == 300, errors[:3]
     # Kill the leader while more messages are in flight (asked again: it may have handed
     # leadership to the partition's preferred replica since).
@@ -145,10 +110,10 @@ def test_acked_messages_survive_killing_the_leader(cluster: Cluster) -> None:
     new_leader = _wait_for_leader(cluster, TOPIC, exclude=leader)
     assert new_leader != leader
     produce(200)
-    remaining = producer.flush(60)
+    remaining = writer.flush(60)
     assert remaining == 0, f"{remaining} messages still unacknowledged; errors {errors[:3]}"
     assert not errors, errors[:3]
-    assert len(acked) == sent == 1000
+    assert len(acked) == writer.sent == 1000
     # Every acked message sits exactly at its acknowledged offset (idempotence: no dups).
     survivors = ",".join(n.bootstrap for n in cluster.nodes.values() if n.alive())
     read = _read_all(survivors, TOPIC, len(acked))

@@ -8,7 +8,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ import trustme
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from tests.integration.acked_producer import NumberedProducer
 from tests.integration.cluster_support import Cluster
 from vdl.consensus.frames import encode_hello
 from vdl.consensus.peer_tls import PeerTls, node_name, open_raft_stream
@@ -167,55 +167,20 @@ def test_the_raft_port_refuses_strangers_and_the_cluster_carries_on(
 def test_an_acks_all_producer_survives_a_leader_kill_over_raft_tls(cluster: Cluster) -> None:
     cluster.create_topic(TOPIC, 1)
     leader = cluster.wait_for_leader(TOPIC, 0)
-    acked: dict[bytes, int] = {}
-    errors: list[str] = []
-    lock = threading.Lock()
-
-    def on_delivery(err: object, msg: object) -> None:
-        with lock:
-            if err is None:
-                acked[msg.value()] = msg.offset()  # type: ignore[attr-defined]
-            else:
-                errors.append(str(err))
-
-    producer = Producer(
-        {
-            "bootstrap.servers": cluster.bootstrap,
-            "acks": "all",
-            "enable.idempotence": True,
-            "linger.ms": 5,
-            "message.timeout.ms": 60000,
-            "topic.metadata.refresh.interval.ms": 1000,
-        }
-    )
-    sent = 0
-
-    def produce(count: int) -> None:
-        nonlocal sent
-        for _ in range(count):
-            value = b"m%06d" % sent
-            sent += 1
-            while True:
-                try:
-                    producer.produce(TOPIC, value=value, on_delivery=on_delivery)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-            producer.poll(0)
-            time.sleep(0.001)
-
+    writer = NumberedProducer(cluster.bootstrap, TOPIC)
+    acked, errors, produce = writer.acked, writer.errors, writer.produce
     produce(200)
-    assert producer.flush(30) == 0
+    assert writer.flush(30) == 0
     assert len(acked) == 200, errors[:3]
     produce(100)
     cluster.nodes[leader].kill()
     produce(200)
     new_leader = cluster.wait_for_leader(TOPIC, 0, exclude=leader)
     produce(100)
-    remaining = producer.flush(60)
+    remaining = writer.flush(60)
     assert remaining == 0, f"{remaining} unacknowledged; errors {errors[:3]}"
     assert not errors, errors[:3]
-    assert len(acked) == sent == 600
+    assert len(acked) == writer.sent == 600
     # Every acknowledged message is where it was acknowledged, read from the survivors.
     consumer = Consumer(
         {
