@@ -84,6 +84,13 @@ class NodeConfig:
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
+    # Committed offsets of a group without members expire this long after it became Empty
+    # (or after their commit, if later), and the group goes with its last offset (Kafka's
+    # offsets.retention.minutes). The ms setting, when given, overrides the minutes, as
+    # log.retention.ms does log.retention.minutes in Kafka.
+    offsets_retention_minutes: int = 10080
+    offsets_retention_ms: int | None = None
+    offsets_retention_check_interval_ms: int = 600_000
     # YDB topic API (gRPC). TLS is on when both tls_cert and tls_key are given; static
     # credentials (and so mandatory tokens) are on when a users file is given.
     grpc_listen: HostPort = field(default_factory=lambda: HostPort("127.0.0.1", 2135))
@@ -134,6 +141,13 @@ class NodeConfig:
     @property
     def clustered(self) -> bool:
         return bool(self.peers)
+
+    @property
+    def offsets_retention(self) -> int:
+        """The offset retention in milliseconds."""
+        if self.offsets_retention_ms is not None:
+            return self.offsets_retention_ms
+        return self.offsets_retention_minutes * 60_000
 
     def raft_address(self) -> HostPort:
         if self.raft_listen is not None:
@@ -309,4 +323,10 @@ def load_config(argv: Sequence[str], environ: Mapping[str, str]) -> NodeConfig:
         raise ConfigError("producer-id-expiration-ms must be at least 1")
     if config.raft_tick_ms < 1:
         raise ConfigError("raft-tick-ms must be at least 1")
+    if config.offsets_retention_minutes < 1:
+        raise ConfigError("offsets-retention-minutes must be at least 1")
+    if config.offsets_retention_ms is not None and config.offsets_retention_ms < 1:
+        raise ConfigError("offsets-retention-ms must be at least 1")
+    if config.offsets_retention_check_interval_ms < 1:
+        raise ConfigError("offsets-retention-check-interval-ms must be at least 1")
     return config

@@ -259,6 +259,21 @@ class Node:
             )
             broker.groups = groups
             await root.start(groups.run)
+            group_housekeeping = trio.CancelScope()
+
+            def topic_consumers() -> dict[str, list[str]]:
+                # Declared YDB consumers keep their offsets; offsets of missing topics go.
+                return {t.name: [c.name for c in t.consumers] for t in broker.catalog.all()}
+
+            async def offset_retention() -> None:
+                with group_housekeeping:
+                    await groups.run_retention(
+                        topic_consumers,
+                        config.offsets_retention,
+                        config.offsets_retention_check_interval_ms,
+                    )
+
+            root.start_soon(offset_retention)
             coordination = trio.CancelScope()
             replicated_groups = self._replicated_groups
             if cluster is not None and replicated_groups is not None:
@@ -357,6 +372,7 @@ class Node:
                 # Held JoinGroup/SyncGroup requests are answered now, not at the grace deadline.
                 groups.stop()
             housekeeping.cancel()
+            group_housekeeping.cancel()
             coordination.cancel()
             # In-flight produces have finished (or failed) above; now the groups can stop.
             raft_scope.cancel()

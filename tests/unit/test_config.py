@@ -47,3 +47,32 @@ def test_unknown_file_key_is_an_error(tmp_path: Path) -> None:
     toml.write_text("colour = 'blue'\n")
     with pytest.raises(ConfigError, match="colour"):
         load_config(["--config", str(toml)], {})
+
+
+def test_offset_retention_settings(tmp_path: Path) -> None:
+    default = load_config([], {})
+    assert default.offsets_retention == 10080 * 60_000
+    assert default.offsets_retention_check_interval_ms == 600_000
+    toml = tmp_path / "vdl.toml"
+    toml.write_text("offsets-retention-minutes = 60\n")
+    assert load_config(["--config", str(toml)], {}).offsets_retention == 3_600_000
+    # The millisecond setting wins over the minutes, wherever each comes from.
+    precise = load_config(
+        ["--config", str(toml), "--offsets-retention-check-interval-ms", "250"],
+        {"VDL_OFFSETS_RETENTION_MS": "1500"},
+    )
+    assert (precise.offsets_retention, precise.offsets_retention_check_interval_ms) == (1500, 250)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--offsets-retention-minutes", "0"], "offsets-retention-minutes"),
+        (["--offsets-retention-ms", "0"], "offsets-retention-ms"),
+        (["--offsets-retention-check-interval-ms", "-5"], "offsets-retention-check-interval-ms"),
+        (["--offsets-retention-ms", "soon"], "offsets-retention-ms"),
+    ],
+)
+def test_bad_offset_retention_is_refused(argv: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(argv, {})

@@ -17,6 +17,21 @@ commit moved backwards. Ordering is by log position, not by offset value: a late
 that commits a *lower* offset (a Kafka client seeking back) still applies, as in Kafka.
 The index and the offsets share one data directory with group 0's log, so they restart
 together.
+
+Offset retention (`vdl.groups.retention`) removes expired offsets, and perhaps the group's
+record, with one command per group, proposed by the coordinator's sweep:
+
+    {"op": "expire_group", "group": "g", "offsets": [[topic, partition, commit_time_ms], ...],
+     "drop_record": true, "generation": 4}
+
+An offset is deleted only if its stored commit time is still at most the one the sweep saw:
+a commit that reached the log between the decision and this command is kept. The offsets
+part follows the replay rule above (and advances the index), so a replay never deletes a
+commit made after the command, even one stamped earlier by another node's clock. The record
+part does not: `store_group` commands (group_commands.py) are replayed without a rule, so
+replay puts back the record this command dropped, and the drop must be replayed too; it
+deletes the record only if it is still of the generation the sweep saw, which replay
+reproduces exactly.
 """
 
 from __future__ import annotations
@@ -37,9 +52,11 @@ from vdl.groups.offsets import (
     encode_value,
     offset_key,
 )
+from vdl.groups.retention import Expiry, droppable_record, stale_offset_keys
 from vdl.log.error_codes import ErrorCode
 
 COMMIT_OFFSETS = "commit_offsets"
+EXPIRE_GROUP = "expire_group"
 # The raft index (of group 0) of the last commit_offsets command written into the store.
 APPLIED_INDEX_KEY = b"cluster/offsets-applied-index"
 
@@ -68,6 +85,32 @@ def decode_offsets(command: Command) -> tuple[str, dict[TopicPartition, Committe
     return group, offsets
 
 
+def expire_command(expiry: Expiry) -> Command:
+    return {
+        "op": EXPIRE_GROUP,
+        "group": expiry.group_id,
+        "offsets": [[topic, partition, at] for topic, partition, at in expiry.offsets],
+        "drop_record": expiry.drop_group,
+        "generation": expiry.record_generation,
+    }
+
+
+def decode_expiry(command: Command) -> Expiry:
+    """The expiry of an expire_group command; ValueError/TypeError/KeyError if malformed."""
+    group = command["group"]
+    if not isinstance(group, str):
+        raise TypeError("group must be a string")
+    generation = command["generation"]
+    return Expiry(
+        group_id=group,
+        offsets=tuple(
+            (str(topic), int(partition), int(at)) for topic, partition, at in command["offsets"]
+        ),
+        drop_group=bool(command["drop_record"]),
+        record_generation=None if generation is None else int(generation),
+    )
+
+
 OffsetsAck = Callable[[], Awaitable[ErrorCode]]
 
 
@@ -90,6 +133,7 @@ class ReplicatedOffsets:
         """Before group 0 starts applying its log: its commands must find their handler."""
         self._state = state
         state.handlers[COMMIT_OFFSETS] = self._apply
+        state.handlers[EXPIRE_GROUP] = self._apply_expiry
 
     def _apply(self, command: Command) -> Outcome:
         assert self._state is not None
@@ -108,6 +152,35 @@ class ReplicatedOffsets:
         self._meta.write_batch(puts, sync=False)
         self._applied_index = index
         return Outcome()
+
+    def _apply_expiry(self, command: Command) -> Outcome:
+        assert self._state is not None
+        expiry = decode_expiry(command)
+        index = self._state.applying_index
+        puts: dict[bytes, bytes] = {}
+        deletes: list[bytes] = []
+        if index > self._applied_index:
+            deletes.extend(stale_offset_keys(expiry, self._meta.get))
+            puts[APPLIED_INDEX_KEY] = str(index).encode()
+        record = droppable_record(expiry, self._meta.get)
+        if record is not None:
+            deletes.append(record)
+        if puts or deletes:
+            # Unsynced, like a commit: the log replays it.
+            self._meta.write_batch(puts, deletes, sync=False)
+        self._applied_index = max(self._applied_index, index)
+        return Outcome()
+
+    async def expire(self, expiry: Expiry) -> ErrorCode:
+        """Propose an expiry; NONE once applied, else a retriable error (the next sweep
+        decides again)."""
+        try:
+            outcome = await self._metadata.propose(expire_command(expiry), self._timeout_s)
+        except NotLeader:
+            return ErrorCode.NOT_COORDINATOR
+        except ConsensusError:
+            return ErrorCode.REQUEST_TIMED_OUT
+        return outcome.error
 
     def submit(self, group: str, offsets: Mapping[TopicPartition, CommittedOffset]) -> OffsetsAck:
         """Queue a commit now (this fixes its order); the returned coroutine function

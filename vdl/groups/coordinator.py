@@ -19,10 +19,15 @@ place (and its share of the assignment) until its session expires.
 What must survive a coordinator change is taken as a `GroupRecord` when a generation's
 assignment is settled, when a group becomes Empty and when a static member is replaced
 (`take_records`); `load` puts such a record back on the next coordinator.
+
+Offset retention (`vdl.groups.retention`) is decided by the driver; while it stores the
+removal of a group's expired offsets, `begin_expiry` holds the group as Dead so that no
+member can join a group whose offsets are going, and `end_expiry` lets it go or restores it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -126,9 +131,22 @@ class GroupCoordinator:
         completions, self._completions = self._completions, []
         return completions
 
-    def take_records(self) -> list[GroupRecord]:
-        """Group records to store since the last call, at most one per group."""
-        records = list(self._records.values())
+    def take_records(self, wall_ms: int | None = None) -> list[GroupRecord]:
+        """Group records to store since the last call, at most one per group.
+
+        `wall_ms` is the wall-clock time now: a group that has just become Empty is stamped
+        with it (`empty_since_ms`), which must outlive restarts, hence not the monotonic
+        time of the other calls. The driver takes records right after each call, so it is
+        the time of the change.
+        """
+        records: list[GroupRecord] = []
+        for record in self._records.values():
+            if wall_ms is not None and not record.members and record.empty_since_ms is None:
+                record = dataclasses.replace(record, empty_since_ms=wall_ms)
+                group = self._groups.get(record.group_id)
+                if group is not None and group.state is GroupState.EMPTY:
+                    group.empty_since_ms = wall_ms
+            records.append(record)
         self._records.clear()
         return records
 
@@ -158,6 +176,9 @@ class GroupCoordinator:
             if req.member_id:
                 return fail(ErrorCode.UNKNOWN_MEMBER_ID)
             group = self._groups[req.group_id] = Group(req.group_id)
+        elif group.state is GroupState.DEAD:
+            # Its expired offsets are being removed; the client retries in a moment.
+            return fail(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         instance = req.group_instance_id or None
         # A static member rejoining afresh is judged without its own old incarnation.
         joiner = req.member_id or (group.static_members.get(instance, "") if instance else "")
@@ -310,6 +331,7 @@ class GroupCoordinator:
             self._fail_syncs(group, ErrorCode.REBALANCE_IN_PROGRESS)
         initial = group.state is GroupState.EMPTY
         group.state = _PREPARING
+        group.empty_since_ms = None
         group.sync_deadline_ms = None
         rebalance_timeout = group.max_rebalance_timeout_ms()
         if initial:
@@ -351,6 +373,8 @@ class GroupCoordinator:
             group.state = GroupState.EMPTY
             group.protocol = None
             group.leader = None
+            # Stamped by take_records, with the wall clock.
+            group.empty_since_ms = None
             self._take_record(group)
             return
         group.protocol = group.select_protocol()
@@ -619,6 +643,7 @@ class GroupCoordinator:
                 )
                 for m in group.members.values()
             ),
+            empty_since_ms=None if group.members else group.empty_since_ms,
         )
 
     def load(self, now_ms: int, record: GroupRecord) -> bool:
@@ -634,6 +659,7 @@ class GroupCoordinator:
             protocol_type=record.protocol_type,
             protocol=record.protocol if record.members else None,
             leader=record.leader if record.members else None,
+            empty_since_ms=None if record.members else record.empty_since_ms,
         )
         for m in record.members:
             group.members[m.member_id] = Member(
@@ -652,6 +678,35 @@ class GroupCoordinator:
                 group.static_members[m.group_instance_id] = m.member_id
         self._groups[record.group_id] = group
         return True
+
+    # -- offset retention ------------------------------------------------------------------
+
+    def begin_expiry(self, group_id: str) -> bool:
+        """The driver is about to remove expired offsets of this group (and perhaps the
+        group): until `end_expiry`, the group is Dead, so joins and commits get
+        COORDINATOR_NOT_AVAILABLE (clients retry) and nobody becomes a member of a group
+        whose offsets are going. False, and nothing changes, if the group is not Empty or
+        has members about to join; a group this coordinator does not know is held too."""
+        if self._closed:
+            return False
+        group = self._groups.get(group_id)
+        if group is None:
+            group = self._groups[group_id] = Group(group_id)
+        if group.state is not GroupState.EMPTY or group.members or group.pending:
+            return False
+        group.state = GroupState.DEAD
+        return True
+
+    def end_expiry(self, group_id: str, forget: bool) -> None:
+        """The removal is stored (or failed): forget the group, or make it Empty again."""
+        group = self._groups.get(group_id)
+        # Not Dead: the groups were unloaded and loaded again meanwhile; that state stands.
+        if group is None or group.state is not GroupState.DEAD or self._closed:
+            return
+        if forget:
+            del self._groups[group_id]
+        else:
+            group.state = GroupState.EMPTY
 
     # -- shutdown --------------------------------------------------------------------------
 

@@ -76,6 +76,10 @@ class Group:
     initial_delay_cap_ms: int | None = None
     # CompletingRebalance: when to give up on the leader's SyncGroup.
     sync_deadline_ms: int | None = None
+    # Wall-clock time the group last became Empty (stamped by the driver, kept in its
+    # record): its offsets' retention runs from here. None while it has members, and for
+    # a group that never had any (standalone committers: retention runs from each commit).
+    empty_since_ms: int | None = None
 
     def is_leader(self, member_id: str) -> bool:
         return self.leader == member_id

@@ -4,8 +4,10 @@ Kafka writes a group's metadata to its offsets log whenever a generation's assig
 settled, and a new coordinator loads it, so members keep their ids, generation and
 assignment and simply carry on heartbeating there. VDL keeps the same record: taken by
 `GroupCoordinator` when a group becomes Stable (the leader's assignment arrived), when it
-becomes Empty, and when a static member is replaced; stored in the MetaStore of one node or
-replicated through the metadata group on a cluster (`vdl.cluster.group_commands`).
+becomes Empty (stamped with the wall-clock time, from which the retention of its committed
+offsets runs: `vdl.groups.retention`), and when a static member is replaced; stored in the
+MetaStore of one node or replicated through the metadata group on a cluster
+(`vdl.cluster.group_commands`).
 
 Held requests and timers are not part of it: they belong to connections of the old
 coordinator. A loaded member gets a fresh session from the moment of loading.
@@ -45,6 +47,9 @@ class GroupRecord:
     protocol: str | None
     leader: str | None
     members: tuple[MemberRecord, ...]
+    # Wall-clock time the group became Empty, in a record without members; None otherwise
+    # (and in records stored before it was kept).
+    empty_since_ms: int | None = None
 
 
 def _b64(data: bytes) -> str:
@@ -73,6 +78,7 @@ def record_to_doc(record: GroupRecord) -> dict[str, Any]:
             }
             for m in record.members
         ],
+        "empty_since_ms": record.empty_since_ms,
     }
 
 
@@ -105,6 +111,8 @@ def record_from_doc(doc: dict[str, Any]) -> GroupRecord:
         protocol=_optional_str(doc["protocol"]),
         leader=_optional_str(doc["leader"]),
         members=members,
+        # Absent from records written before it was kept.
+        empty_since_ms=None if doc.get("empty_since_ms") is None else int(doc["empty_since_ms"]),
     )
 
 
@@ -131,6 +139,10 @@ class GroupRecordStore:
 
     def put(self, record: GroupRecord, *, sync: bool = True) -> None:
         self._meta.write_batch({record_key(record.group_id): encode_record(record)}, sync=sync)
+
+    def get(self, group_id: str) -> GroupRecord | None:
+        raw = self._meta.get(record_key(group_id))
+        return None if raw is None else decode_record(raw)
 
     def records(self) -> Iterator[GroupRecord]:
         for _, raw in self._meta.scan(_PREFIX):

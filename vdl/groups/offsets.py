@@ -70,6 +70,13 @@ def _parse_key(key: bytes, prefix_len: int) -> TopicPartition:
     return topic, partition
 
 
+def _parse_full_key(key: bytes) -> tuple[str, TopicPartition]:
+    (size,) = _NAME_LEN.unpack_from(key, len(_PREFIX))
+    start = len(_PREFIX) + _NAME_LEN.size
+    group = key[start : start + size].decode()
+    return group, _parse_key(key, start + size)
+
+
 def encode_value(committed: CommittedOffset) -> bytes:
     head = _VALUE.pack(_FORMAT, committed.offset, committed.leader_epoch, committed.commit_time_ms)
     return head + committed.metadata.encode()
@@ -104,6 +111,14 @@ class OffsetStore:
             raw = self._meta.get(offset_key(group, topic, partition))
             result[(topic, partition)] = None if raw is None else decode_value(raw)
         return result
+
+    def all_groups(self) -> dict[str, dict[TopicPartition, CommittedOffset]]:
+        """Every committed offset of every group (a full scan: for the retention sweep)."""
+        groups: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+        for key, value in self._meta.scan(_PREFIX):
+            group, tp = _parse_full_key(key)
+            groups.setdefault(group, {})[tp] = decode_value(value)
+        return groups
 
     def fetch_all(self, group: str) -> dict[TopicPartition, CommittedOffset]:
         """Every partition the group has committed, in (topic, partition) key order."""

@@ -4,10 +4,16 @@ Request handlers call the synchronous methods in request order; a held JoinGroup
 comes back as a `Waiter` the handler awaits in its Pending coroutine. One task (`run`) sleeps
 until the core's next deadline or until a call may have moved it, then ticks the core. All
 core calls happen on the Trio thread, so the core needs no locks.
+
+Another (`run_retention`) sweeps expired offsets and groups (`vdl.groups.retention`) while
+this node coordinates: on one node the decision and its one synced batch of deletes are made
+in one synchronous step, so no commit or join comes between them; on a cluster each group's
+expiry is a metadata-group command, and the group is held Dead until it is applied.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol
@@ -28,7 +34,17 @@ from vdl.groups.coordinator import (
 from vdl.groups.group import Group
 from vdl.groups.group_record import GroupRecord, GroupRecordStore
 from vdl.groups.offsets import CommittedOffset, OffsetStore, TopicPartition
+from vdl.groups.retention import (
+    Expiry,
+    TopicConsumers,
+    decide,
+    droppable_record,
+    stale_offset_keys,
+    standing,
+)
 from vdl.log.error_codes import ErrorCode
+
+log = logging.getLogger(__name__)
 
 # Extra time a handler waits beyond the core's own deadline before giving up on a held
 # request; the core always answers first unless something is badly wrong.
@@ -58,11 +74,14 @@ class Waiter:
 
 class OffsetReplicator(Protocol):
     """Where a cluster sends commits (vdl.cluster.offset_commands): `submit` fixes their
-    order at once; awaiting what it returns gives NONE once the commit is applied."""
+    order at once; awaiting what it returns gives NONE once the commit is applied.
+    `expire` proposes an expiry the same way and gives NONE once every node may apply it."""
 
     def submit(
         self, group: str, offsets: Mapping[TopicPartition, CommittedOffset]
     ) -> Callable[[], Awaitable[ErrorCode]]: ...
+
+    async def expire(self, expiry: Expiry) -> ErrorCode: ...
 
 
 class GroupService:
@@ -75,6 +94,7 @@ class GroupService:
         new_member_id: Callable[[str], str] = random_member_id,
     ) -> None:
         self.coordinator = GroupCoordinator(config, new_member_id)
+        self._meta = meta
         self.offsets = OffsetStore(meta)
         # Group records live in this node's MetaStore; on a cluster they get there through
         # the metadata group, so the node sets `persist` to propose them instead.
@@ -144,7 +164,7 @@ class GroupService:
         return loaded
 
     def _deliver(self) -> None:
-        for record in self.coordinator.take_records():
+        for record in self.coordinator.take_records(self._wall_clock_ms()):
             self.persist(record)
         for ticket, result in self.coordinator.take_completions():
             waiter = self._waiters.pop(ticket, None)
@@ -260,3 +280,106 @@ class GroupService:
         if partitions is None:
             return dict(self.offsets.fetch_all(group_id))
         return self.offsets.fetch(group_id, partitions)
+
+    # -- offset retention ------------------------------------------------------------------
+
+    async def run_retention(
+        self,
+        topics: Callable[[], TopicConsumers],
+        retention_ms: int,
+        check_interval_ms: int,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Sweep every `check_interval_ms` until cancelled or stopped. `topics` gives every
+        topic with the YDB consumers declared on it."""
+        task_status.started()
+        while not self._stopped:
+            await trio.sleep(check_interval_ms / 1000)
+            if not self._stopped:
+                await self.sweep(topics(), retention_ms)
+
+    def decide_expiries(self, topics: TopicConsumers, retention_ms: int) -> list[Expiry]:
+        """What expires now, of every group this node knows of in memory, by a stored
+        record or by committed offsets."""
+        now = self._wall_clock_ms()
+        offsets = self.offsets.all_groups()
+        records = {record.group_id: record for record in self.records.records()}
+        names = set(offsets) | set(records) | {g.group_id for g in self.coordinator.groups()}
+        expiries: list[Expiry] = []
+        for name in sorted(names):
+            group = standing(
+                name, self.coordinator.group(name), records.get(name), offsets.get(name, {})
+            )
+            expiry = None if group is None else decide(group, topics, now, retention_ms)
+            if expiry is not None:
+                expiries.append(expiry)
+        return expiries
+
+    def _decide_group(
+        self, group_id: str, topics: TopicConsumers, retention_ms: int
+    ) -> Expiry | None:
+        group = standing(
+            group_id,
+            self.coordinator.group(group_id),
+            self.records.get(group_id),
+            self.offsets.fetch_all(group_id),
+        )
+        return None if group is None else decide(group, topics, self._wall_clock_ms(), retention_ms)
+
+    async def sweep(self, topics: TopicConsumers, retention_ms: int) -> list[Expiry]:
+        """One sweep, if this node coordinates; returns what it decided to expire."""
+        if self._stopped or self.coordinator_error() != ErrorCode.NONE:
+            return []
+        expiries = self.decide_expiries(topics, retention_ms)
+        if self.replicator is None:
+            self._expire_here(expiries)
+        else:
+            decided, expiries = expiries, []
+            for each in decided:
+                # Earlier proposals took time: decide again on what the group is now.
+                again = self._decide_group(each.group_id, topics, retention_ms)
+                if again is not None:
+                    await self._expire_replicated(self.replicator, again)
+                    expiries.append(again)
+        if expiries:
+            log.info(
+                "offset retention: %d offsets expired, %d groups deleted",
+                sum(len(e.offsets) for e in expiries),
+                sum(e.drop_group for e in expiries),
+            )
+        return expiries
+
+    def _expire_here(self, expiries: Sequence[Expiry]) -> None:
+        # Called in the same synchronous step as the decision: the checks against the
+        # store cannot find anything newer, but they cost little and keep one rule.
+        get = self._meta.get
+        deletes: list[bytes] = []
+        for expiry in expiries:
+            deletes.extend(stale_offset_keys(expiry, get))
+            record = droppable_record(expiry, get)
+            if record is not None:
+                deletes.append(record)
+        if deletes:
+            # One synced batch per sweep rather than one per group.
+            self._meta.write_batch({}, deletes)
+        for expiry in expiries:
+            if expiry.drop_group and self.coordinator.begin_expiry(expiry.group_id):
+                self.coordinator.end_expiry(expiry.group_id, forget=True)
+
+    async def _expire_replicated(self, replicator: OffsetReplicator, expiry: Expiry) -> None:
+        known = self.coordinator.group(expiry.group_id) is not None
+        # Fails (and nothing is held) for a group with members: only offsets of deleted
+        # topics expire then, which no member can be using.
+        held = self.coordinator.begin_expiry(expiry.group_id)
+        error = ErrorCode.NONE
+        try:
+            if not expiry.stores_nothing:
+                error = await replicator.expire(expiry)
+        finally:
+            if held:
+                # A group this coordinator did not hold was held only for the proposal.
+                forget = not known or (expiry.drop_group and error == ErrorCode.NONE)
+                self.coordinator.end_expiry(expiry.group_id, forget)
+        if error != ErrorCode.NONE:
+            log.info("group %r: expiry not applied (%s); next sweep", expiry.group_id, error.name)
