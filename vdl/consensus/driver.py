@@ -20,7 +20,12 @@ reports), then drain every `Ready` exactly as `ready.py` prescribes:
 
 Proposals (`propose`) go straight into the core from the caller's task, so every proposal
 made between two loop turns travels in one Ready: one store append, one flush, one
-AppendEntries per follower.
+AppendEntries per follower. While the loop is parked with nothing pending, the first
+proposal's Ready (AppendEntries and an append, nothing that awaits) is handled right in
+`propose`, and in a stream's group so is the first message from each peer (`_step_now`)
+and a commit that a durability report allows: the commit path then waits for no
+scheduling of the driver task. A stream's group applies by index (`AppliesByIndex`):
+committed payloads are never read back from the store for it.
 
 Snapshots (a follower needs entries retention deleted on the leader): the follower's loop
 keeps the leader's InstallSnapshot aside, a task pulls the leader's log up to the
@@ -53,7 +58,7 @@ from vdl.backends.api import (
 )
 from vdl.consensus.errors import ProposalDropped
 from vdl.consensus.hard_state_store import load_hard_state, save_hard_state
-from vdl.consensus.machine import StateMachine
+from vdl.consensus.machine import AppliesByIndex, StateMachine
 from vdl.consensus.membership import ConfChange, Config
 from vdl.consensus.messages import InstallSnapshot, Message
 from vdl.consensus.options import RaftOptions
@@ -122,6 +127,9 @@ class GroupDriver:
         self._flusher = flusher
         self._outbox = outbox
         self._machine = machine
+        # A machine that only needs the commit point is told the index, and the core then
+        # never reads committed payloads back from the store for it.
+        self._index_machine = machine if isinstance(machine, AppliesByIndex) else None
         self._opts = options or DriverOptions()
         # Whatever the store holds at start counts as durable (see log_view.py).
         store.sync()
@@ -144,6 +152,7 @@ class GroupDriver:
             hard_state=self._saved,
             applied=applied,
             snapshot=snapshot,
+            apply_payloads=self._index_machine is None,
         )
         self._inbox: deque[Message] = deque()
         self._ticks = 0
@@ -151,6 +160,10 @@ class GroupDriver:
         self._pending: deque[_PendingPersist] = deque()
         self._durable_index = store.last_index()
         self._in_ready = False
+        # Since the loop's last turn: a proposal's Ready was handled outside the loop, and
+        # the peers a message was stepped from outside it (see propose and _step_now).
+        self._sent_now = False
+        self._stepped_now: set[int] = set()
         # True while run() waits for the next turn: no turn is half-done, so anything the
         # loop would do first (releasing what a sync made durable) may be done at once.
         self._parked = False
@@ -163,6 +176,7 @@ class GroupDriver:
         self._role_seen: tuple[int, int, bool] = (-1, -1, False)
         self._changed = trio.Event()
         self.dropped_messages = 0
+        self.turns = 0  # passes of the loop (each costs a scheduling of the driver task)
         self._fetch = fetch_snapshot
         self._nursery: trio.Nursery | None = None
         self._fetching = 0  # snapshot index being pulled (0: none)
@@ -184,18 +198,61 @@ class GroupDriver:
         if self._parked:
             # Exactly what the next turn would start with; mid-turn (a Ready being
             # handled, a truncation or snapshot install waiting on the flusher) the turn
-            # does it itself, at the point where it is safe.
+            # does it itself, at the point where it is safe, and always once more before
+            # it parks (see _drain), so no wake-up is needed for it.
             self._release_durable()
-        self._wakeup.set()
+            core = self.core
+            if core.has_ready() and not self._wakeup.is_set():
+                # The leader commits, or entries became applicable: a stream applies them
+                # right here (that only moves its commit point and wakes its waiters), so
+                # the acks=all answer does not wait for a scheduling of the driver task.
+                self._turn_now(apply=self._index_machine is not None)
+            if core.has_ready():
+                # Otherwise the report needs no turn: a wake-up would be an empty pass.
+                self._wakeup.set()
 
     # ---- inputs from other tasks -------------------------------------------------------
 
     def deliver(self, message: Message) -> None:
+        if (
+            self._parked
+            and not self._wakeup.is_set()
+            and not self._in_ready  # a transport that delivers within our own send
+            and self._index_machine is not None
+            and message.src not in self._stepped_now
+            and not isinstance(message, InstallSnapshot)
+        ):
+            self._step_now(message)
+            return
         if len(self._inbox) >= self._opts.inbox_limit:
             self.dropped_messages += 1
             return
         self._inbox.append(message)
         self._wakeup.set()
+
+    def _step_now(self, message: Message) -> None:
+        """Step a message and handle its Ready right here, from the reader's task: a
+        follower's append is written (and its flush starts) and a leader's commit applied
+        without waiting for a scheduling of the driver task, which on a busy event loop
+        comes after every other runnable task.
+
+        The loop is parked with no wake-up pending, so its inbox is empty and nothing else
+        is ready: stepping now is what its next turn would do first. One message per peer
+        per turn of the loop: the rest of a burst waits for the loop and shares its Ready
+        (one store append, one AppendEntries per follower). Only for a stream's group,
+        whose machine calls (announce written entries, move the commit point, note the
+        leader) start nothing; group 0's applying starts partitions, from its own task."""
+        core = self.core
+        self._stepped_now.add(message.src)
+        self._heard[message.src] = trio.current_time()
+        if message.dst == self.node_id:
+            core.step(message)
+        if core.has_ready():
+            self._turn_now(apply=True)
+            if core.has_ready():
+                # A truncation, a term or vote to save, or more to apply: the loop's job.
+                self._wakeup.set()
+        self._note_role()
 
     def next_index(self) -> int:
         """The index the next proposal will get (to build payloads that embed it)."""
@@ -218,6 +275,17 @@ class GroupDriver:
         for index in range(first, last + 1):
             self._proposed[index] = term
         self._announced = max(self._announced, last)
+        if self._parked and not self._wakeup.is_set() and not self._sent_now:
+            # The loop is idle: send the AppendEntries now rather than after a scheduling
+            # of the driver task. Only once per turn of the loop: proposals that follow
+            # before the loop runs again share one Ready, as they would have without this.
+            # The machine hears nothing of it (its own proposal is not announced, and
+            # nothing new is applicable), so the proposer's caller is not re-entered.
+            if self._turn_now(apply=False):
+                self._sent_now = True
+                if core.has_ready():
+                    self._wakeup.set()  # not expected; but the loop must not park on it
+                return first, last
         self._wakeup.set()
         return first, last
 
@@ -311,6 +379,9 @@ class GroupDriver:
 
     async def _drain(self) -> None:
         core = self.core
+        self.turns += 1
+        self._sent_now = False
+        self._stepped_now.clear()
         self._release_durable()
         if self._fetched is not None:
             offer, data, staging = self._fetched
@@ -331,36 +402,90 @@ class GroupDriver:
                 self._start_fetch(message)
                 continue
             core.step(message)
-        while core.has_ready():
-            await self._handle_ready(core.ready())
-        self._release_durable()
+        while True:
+            while core.has_ready():
+                await self._handle_ready(core.ready())
+            # What became durable meanwhile (reports that came mid-turn, or a Ready whose
+            # store was durable already): it may let the leader commit or make entries
+            # applicable, and the loop parks only once nothing is ready, which is what
+            # lets `on_durable` skip the wake-up when it finds nothing ready.
+            self._release_durable()
+            if not core.has_ready():
+                break
         self._note_role()
 
     async def _handle_ready(self, rd: Ready) -> None:
         core = self.core
         self._in_ready = True
         try:
-            for message in rd.messages:
-                if isinstance(message, InstallSnapshot):
-                    self._snapshots_sent[message.dst] = trio.current_time()
-                self._outbox.send(self.group_id, message)
+            self._send(rd)
             if rd.snapshot is not None:
                 if rd.snapshot != self._installed:
                     raise RuntimeError(f"group {self.group_id}: a snapshot without its data")
                 self._installed = None
                 self._machine.on_restored(rd.snapshot.index)
-            wrote = await self._write(rd)
+            if rd.truncate_from is not None:
+                await self._truncate_store(rd.truncate_from)
+            wrote = self._write(rd)
             if rd.hard_state is not None and (rd.hard_state.term, rd.hard_state.vote) != (
                 self._saved.term,
                 self._saved.vote,
             ):
                 # Term and vote must be on disk before any answer that depends on them.
                 await self._save_hard_state(force=True)
-            if rd.committed_entries:
-                self._machine.apply(rd.committed_entries)
+            self._apply(rd)
             core.advance(rd)
         finally:
             self._in_ready = False
+        self._after_ready(rd, wrote)
+
+    def _turn_now(self, *, apply: bool) -> bool:
+        """Handle the next Ready right here, outside the loop, if nothing in it awaits (no
+        truncation, snapshot or term and vote to save) and it applies nothing unless
+        `apply`; False (nothing done) otherwise.
+
+        Only while the loop is parked with no wake-up pending: the loop parks only once
+        nothing is ready, and every input since then would have set the wake-up, so the
+        Ready holds just what the caller itself caused (a proposal's AppendEntries and
+        entries, or a commit that a durability report allowed)."""
+        core = self.core
+        log_view = core.log
+        unstable = log_view.unstable
+        if (
+            self._in_ready
+            or unstable.truncate_from is not None
+            or (unstable.snapshot is not None and not unstable.snapshot_handed)
+            or (core.term, core.vote) != (self._saved.term, self._saved.vote)
+            or (not apply and log_view.has_applicable())
+        ):
+            return False
+        rd = core.ready()
+        self._in_ready = True
+        try:
+            self._send(rd)
+            wrote = self._write(rd)
+            self._apply(rd)
+            core.advance(rd)
+        finally:
+            self._in_ready = False
+        self._after_ready(rd, wrote)
+        self._release_durable()  # a Ready whose store was durable already owes nothing more
+        return True
+
+    def _apply(self, rd: Ready) -> None:
+        if rd.apply_to:
+            if self._index_machine is not None:
+                self._index_machine.apply_to(rd.apply_to)
+            else:
+                self._machine.apply(rd.committed_entries)
+
+    def _send(self, rd: Ready) -> None:
+        for message in rd.messages:
+            if isinstance(message, InstallSnapshot):
+                self._snapshots_sent[message.dst] = trio.current_time()
+            self._outbox.send(self.group_id, message)
+
+    def _after_ready(self, rd: Ready, wrote: bool) -> None:
         if rd.needs_persist:
             last = self._store.last_index()
             term = self._store.term_at(last) if last >= self._store.first_index() else 0
@@ -368,8 +493,9 @@ class GroupDriver:
         if wrote:
             self._flusher.mark_dirty(self)
 
-    async def _write(self, rd: Ready) -> bool:
-        """Apply the Ready's truncation and entries to the store; True if anything changed."""
+    def _write(self, rd: Ready) -> bool:
+        """Append the Ready's entries to the store (after its truncation, if any, is done)
+        and tell the machine what changed; True if the store changed."""
         entries = rd.entries
         cut = rd.truncate_from
         own = 0
@@ -382,8 +508,6 @@ class GroupDriver:
                 # proposal, never written): that one is gone.
                 cut = entry.index if cut is None else min(cut, entry.index)
             break
-        if rd.truncate_from is not None:
-            await self._truncate_store(rd.truncate_from)
         if cut is not None:
             # After the store's truncation: the machine may rebuild state from the store.
             self._machine.on_truncated(cut)
@@ -421,9 +545,10 @@ class GroupDriver:
                 self._outbox.send(self.group_id, message)
             last = batch
         if last is not None and last.index > 0:
+            # The leader may commit now, or entries become applicable: whoever called
+            # this looks at `has_ready` next.
             self.core.on_persisted(last.index, last.term)
             self._machine.on_persisted(last.index)
-            self._wakeup.set()  # the leader may commit, or more may be ready
 
     # ---- snapshots and retention ---------------------------------------------------------
 

@@ -362,3 +362,12 @@ class RaftLog:
         if entries:
             self.applying = entries[-1].index
         return entries
+
+    def take_applicable_index(self) -> int:
+        """Like `take_applicable` without reading the entries: the last index to apply
+        (all that is applicable at once, as nothing is read), or 0 if there is none."""
+        hi = self.applicable_hi()
+        if hi <= self.applying:
+            return 0
+        self.applying = hi
+        return hi

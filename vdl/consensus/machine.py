@@ -9,7 +9,7 @@ offsets and producer state in step with the log on followers too.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from vdl.backends.api import Entry
 
@@ -41,4 +41,16 @@ class StateMachine(Protocol):
     def on_restored(self, index: int) -> None:
         """The log was replaced by a snapshot: the store holds the leader's log up to
         `index`, all of it committed, and nothing else."""
+        ...
+
+
+@runtime_checkable
+class AppliesByIndex(Protocol):
+    """A machine whose committed entries are already in hand (a log stream: its own store
+    holds them, and `on_written` or the proposal told it what they are), so applying only
+    moves its commit point. Its driver then never reads committed payloads back from the
+    store, and calls this instead of `StateMachine.apply`."""
+
+    def apply_to(self, index: int) -> None:
+        """Every entry up to `index` is committed and durable here (as `apply`)."""
         ...

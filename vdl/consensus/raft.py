@@ -78,6 +78,7 @@ class RaftNode:
         config_index: int = 0,
         applied: int | None = None,
         snapshot_handle: Callable[[SnapshotMeta], bytes] = _no_handle,
+        apply_payloads: bool = True,
     ) -> None:
         """Start (or restart) a node from what its driver persisted.
 
@@ -86,7 +87,8 @@ class RaftNode:
         it are replayed so that uncommitted changes are in force again. With `snapshot`, the
         snapshot's configuration and index take that role. `applied` is where the driver's
         readers already are (default: the log's start); committed entries after it are
-        delivered again.
+        delivered again. Without `apply_payloads`, Readys name the last index to apply
+        (`apply_to`) but carry no `committed_entries`, so none are read back from storage.
         """
         if node_id <= 0:
             raise ValueError("node ids must be positive")
@@ -94,6 +96,7 @@ class RaftNode:
         self._opts = options or RaftOptions()
         self._rng = rng
         self._snapshot_handle = snapshot_handle
+        self._apply_payloads = apply_payloads
         hs = hard_state or HardState()
         self._log = RaftLog(storage, snapshot, hs.commit, applied)
         if snapshot is not None:
@@ -304,7 +307,12 @@ class RaftNode:
         changed_hs = hs if hs != self._prev_hard_state else None
         self._prev_hard_state = hs
         snapshot, truncate_from, entries = self._log.unstable.take_ready()
-        committed = self._log.take_applicable(self._opts.max_apply_bytes)
+        if self._apply_payloads:
+            committed = self._log.take_applicable(self._opts.max_apply_bytes)
+            apply_to = committed[-1].index if committed else 0
+        else:
+            committed = []
+            apply_to = self._log.take_applicable_index()
         rd = Ready(
             hard_state=changed_hs,
             snapshot=snapshot,
@@ -313,6 +321,7 @@ class RaftNode:
             messages=tuple(self._msgs),
             messages_after_persist=tuple(self._msgs_after),
             committed_entries=tuple(committed),
+            apply_to=apply_to,
             commit_index=self._log.committed,
         )
         self._msgs = []
@@ -322,8 +331,8 @@ class RaftNode:
 
     def advance(self, rd: Ready) -> None:
         self._awaiting_advance = False
-        if rd.committed_entries:
-            self._log.applied = max(self._log.applied, rd.committed_entries[-1].index)
+        if rd.apply_to:
+            self._log.applied = max(self._log.applied, rd.apply_to)
 
     # ---- roles -----------------------------------------------------------------------
 

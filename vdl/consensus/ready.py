@@ -8,8 +8,10 @@ For each `Ready` (from `RaftNode.ready()`), the driver:
 2. installs `snapshot` if set (the log now ends at snapshot.index, data moved beforehand),
    deletes stored entries from `truncate_from` on if set, appends `entries`, and stores
    `hard_state` if set, all of which may be buffered (group commit);
-3. applies `committed_entries` (makes them visible to readers; they are always already
-   durable locally);
+3. applies the committed entries up to `apply_to` (makes them visible to readers; they
+   are always already durable locally): `committed_entries` are those entries, unless the
+   node was built with `apply_payloads=False` (a machine that needs only the index, which
+   spares reading every committed payload back from storage);
 4. calls `advance(ready)` before asking for the next Ready;
 5. once everything written for this Ready *and all earlier ones* is durable: sends
    `messages_after_persist`, then calls `on_persisted(index, term)` with the last entry
@@ -37,6 +39,7 @@ class Ready:
     messages: tuple[Message, ...]
     messages_after_persist: tuple[Message, ...]
     committed_entries: tuple[Entry, ...]
+    apply_to: int  # apply committed entries up to here (0: nothing to apply)
     commit_index: int
 
     @property

@@ -65,6 +65,10 @@ class StreamReplica:
     def apply(self, entries: Sequence[Entry]) -> None:
         self.stream.on_commit(entries[-1].index)
 
+    def apply_to(self, index: int) -> None:
+        # The stream knows its entries already: the driver need not read them back.
+        self.stream.on_commit(index)
+
     def on_role_change(self, leader_id: int, term: int, is_leader: bool) -> None:
         self.leader_id = leader_id
         self.term = term

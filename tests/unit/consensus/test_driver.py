@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -20,9 +21,15 @@ from tests.unit.consensus.driver_cluster import (
 from vdl.backends.api import Entry, EntryType, LogStoreOptions
 from vdl.backends.registry import open_log_store, open_meta_store
 from vdl.consensus import NotLeader
-from vdl.consensus.driver import GroupDriver
+from vdl.consensus.driver import DriverOptions, GroupDriver
 from vdl.consensus.hard_state_store import load_hard_state
-from vdl.consensus.messages import AppendEntries, AppendResponse, Message
+from vdl.consensus.messages import (
+    AppendEntries,
+    AppendResponse,
+    Heartbeat,
+    Message,
+    VoteResponse,
+)
 from vdl.log.flusher import Flusher
 
 
@@ -210,3 +217,190 @@ async def test_a_followers_ack_leaves_with_the_durability_report(tmp_path: Path)
     await driver.close()
     store.close()
     meta.close()
+
+
+class _ListOutbox:
+    def __init__(self) -> None:
+        self.sent: list[Message] = []
+
+    def send(self, group_id: int, message: Message) -> None:
+        self.sent.append(message)
+
+
+@dataclass
+class _IndexRecorder(Recorder):
+    """A machine that is told only how far its log is committed (as a log stream is)."""
+
+    applied_to: int = 0
+
+    def apply_to(self, index: int) -> None:
+        self.applied_to = index
+
+
+# Ticks never come during these tests: every turn of the loop is one the test caused.
+_NO_TICKS = DriverOptions(tick_s=3600.0)
+
+
+def _lone_driver(tmp_path: Path, machine: Recorder) -> tuple[GroupDriver, _ListOutbox]:
+    """Node 1 of a three-voter group, talking to a list; its flusher never runs, so the
+    test decides when something is durable (as the flusher's callback would)."""
+    outbox = _ListOutbox()
+    driver = GroupDriver(
+        GROUP,
+        1,
+        frozenset({1, 2, 3}),
+        open_log_store("segment", tmp_path / "log", LogStoreOptions()),
+        open_meta_store(tmp_path / "meta"),
+        Flusher(),
+        outbox,
+        machine,
+        raft=RAFT,
+        options=_NO_TICKS,
+    )
+    return driver, outbox
+
+
+async def _settle(driver: GroupDriver) -> None:
+    """Let the loop finish whatever it was woken for (hard-state writes run in threads)."""
+    with trio.fail_after(5):
+        while not driver._parked or driver._wakeup.is_set():
+            await trio.sleep(0.001)
+    await trio.testing.wait_all_tasks_blocked()
+
+
+async def _elect(driver: GroupDriver, outbox: _ListOutbox) -> None:
+    """Make node 1 leader, with follower 2 acknowledged (replicating) and 3 silent."""
+    driver.campaign()
+    await _settle(driver)
+    driver.deliver(VoteResponse(2, 1, driver.term + 1, True, pre_vote=True))
+    await _settle(driver)
+    driver.deliver(VoteResponse(2, 1, driver.term, True))
+    await _settle(driver)
+    assert driver.is_leader
+    driver._store.sync()
+    driver.on_durable(driver._store.last_index())
+    driver.deliver(AppendResponse(2, 1, driver.term, driver._store.last_index()))
+    await _settle(driver)
+    outbox.sent.clear()
+
+
+async def _stop(driver: GroupDriver, nursery: trio.Nursery) -> None:
+    nursery.cancel_scope.cancel()
+    await driver.close()
+    driver._store.close()
+    driver._meta.close()
+
+
+async def test_a_durability_report_with_nothing_to_do_costs_no_turn(tmp_path: Path) -> None:
+    driver, outbox = _lone_driver(tmp_path, Recorder())
+    async with trio.open_nursery() as nursery:
+        await nursery.start(driver.run)
+        entry = Entry(1, 1, EntryType.DATA, payload(1, b"one"))
+        driver.deliver(AppendEntries(2, 1, 1, 0, 0, 0, (entry,)))
+        await _settle(driver)
+        turns = driver.turns
+        driver._store.sync()
+        driver.on_durable(1)
+        assert [m for m in outbox.sent if isinstance(m, AppendResponse)] == [
+            AppendResponse(1, 2, 1, 1)
+        ]
+        await _settle(driver)
+        # The ack left from the report itself, and nothing was left for the loop to do.
+        assert driver.turns == turns
+        await _stop(driver, nursery)
+
+
+async def test_a_commit_that_a_durability_report_allows_is_never_lost(tmp_path: Path) -> None:
+    # A machine that needs the payloads gets them from the loop, which the report wakes.
+    machine = Recorder()
+    driver, outbox = _lone_driver(tmp_path, machine)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(driver.run)
+        await _elect(driver, outbox)
+        index, _ = driver.propose([payload(driver.next_index(), b"x")])
+        driver.deliver(AppendResponse(2, 1, driver.term, index))  # follower durable first
+        await _settle(driver)
+        assert driver.commit_index < index  # the leader's own write is not durable yet
+        driver._store.sync()
+        driver.on_durable(index)
+        await _settle(driver)
+        assert driver.commit_index == index
+        assert machine.applied[-1].index == index
+        assert machine.data()[-1] == payload(index, b"x")
+        await _stop(driver, nursery)
+
+
+async def test_a_stream_applies_a_commit_right_in_the_durability_report(tmp_path: Path) -> None:
+    machine = _IndexRecorder()
+    driver, outbox = _lone_driver(tmp_path, machine)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(driver.run)
+        await _elect(driver, outbox)
+        index, _ = driver.propose([payload(driver.next_index(), b"x")])
+        driver.deliver(AppendResponse(2, 1, driver.term, index))
+        assert machine.applied_to < index
+        turns = driver.turns
+        driver._store.sync()
+        driver.on_durable(index)
+        # Applied by index, in the report's callback: no turn, no payload read back.
+        assert machine.applied_to == index
+        assert not machine.applied
+        await _settle(driver)
+        assert driver.turns == turns
+        await _stop(driver, nursery)
+
+
+async def test_a_proposal_to_an_idle_group_leaves_at_once_and_a_burst_shares_a_turn(
+    tmp_path: Path,
+) -> None:
+    driver, outbox = _lone_driver(tmp_path, Recorder())
+    async with trio.open_nursery() as nursery:
+        await nursery.start(driver.run)
+        await _elect(driver, outbox)
+        turns = driver.turns
+        first, _ = driver.propose([payload(driver.next_index(), b"a")])
+        # Sent and written from the proposer's own call, before the driver task ran.
+        appends = [m for m in outbox.sent if isinstance(m, AppendEntries) and m.dst == 2]
+        assert [[e.index for e in m.entries] for m in appends] == [[first]]
+        assert driver._store.last_index() == first
+        # Those that follow before the loop turns go together in its next Ready.
+        later = [driver.propose([payload(driver.next_index(), b"b%d" % i)])[0] for i in range(5)]
+        assert len(outbox.sent) == len(appends)
+        await _settle(driver)
+        assert driver.turns == turns + 1
+        appends = [m for m in outbox.sent if isinstance(m, AppendEntries) and m.dst == 2]
+        assert [[e.index for e in m.entries] for m in appends] == [[first], later]
+        await _stop(driver, nursery)
+
+
+async def test_a_streams_follower_writes_an_append_from_the_readers_call(tmp_path: Path) -> None:
+    machine = _IndexRecorder()
+    driver, outbox = _lone_driver(tmp_path, machine)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(driver.run)
+        # A new term must be on disk before anything is answered: that is the loop's job.
+        driver.deliver(Heartbeat(2, 1, 1, 0))
+        await _settle(driver)
+        assert driver.term == 1
+        turns = driver.turns
+        one = Entry(1, 1, EntryType.DATA, payload(1, b"one"))
+        driver.deliver(AppendEntries(2, 1, 1, 0, 0, 0, (one,)))
+        # Stepped and written right away; the ack waits for durability.
+        assert driver._store.last_index() == 1
+        assert [e.index for e in machine.written] == [1]
+        assert driver.leader_id == 2
+        assert not [m for m in outbox.sent if isinstance(m, AppendResponse)]
+        # A second message from the same peer before the loop turns waits for the loop.
+        two = Entry(1, 2, EntryType.DATA, payload(2, b"two"))
+        driver.deliver(AppendEntries(2, 1, 1, 1, 1, 1, (two,)))
+        assert driver._store.last_index() == 1
+        await _settle(driver)
+        assert driver._store.last_index() == 2
+        driver._store.sync()
+        driver.on_durable(2)
+        acks = [m for m in outbox.sent if isinstance(m, AppendResponse)]
+        assert acks == [AppendResponse(1, 2, 1, 1), AppendResponse(1, 2, 1, 2)]
+        await _settle(driver)
+        assert machine.applied_to == 1 and not machine.applied  # the commit it heard of
+        assert driver.turns >= turns + 1
+        await _stop(driver, nursery)

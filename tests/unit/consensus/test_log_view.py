@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from vdl.backends.api import Entry
 from vdl.consensus.log_view import RaftLog, TermRuns
 
 from .helpers import MemStorage, entries_of
@@ -51,3 +52,24 @@ def test_entries_respect_byte_limit_across_storage_and_tail() -> None:
     assert [e.index for e in log.entries(1, 5)] == [1, 2, 3, 4]
     assert [e.index for e in log.entries(1, 5, max_bytes=1)] == [1]
     assert [e.index for e in log.entries(2, 5, max_bytes=60)] == [2, 3]
+
+
+class _CountingStorage(MemStorage):
+    def __init__(self, entries: list[Entry]) -> None:
+        super().__init__(entries)
+        self.reads = 0
+
+    def entries(self, lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
+        self.reads += 1
+        return super().entries(lo, hi, max_bytes)
+
+
+def test_applying_by_index_reads_no_entries() -> None:
+    storage = _CountingStorage(entries_of(1, 1, 1, 2, 2))
+    log = RaftLog(storage, committed=4, applied=1)
+    assert log.take_applicable_index() == 4
+    assert log.applying == 4
+    assert log.take_applicable_index() == 0  # nothing more until the commit moves
+    log.commit_to(5)
+    assert log.take_applicable_index() == 5
+    assert storage.reads == 0
