@@ -77,6 +77,9 @@ class KafkaConnection:
         self._decoder = FrameDecoder(max_request_bytes)
         self._reading = trio.CancelScope()
         self._draining = False
+        # Set when reading is cut: data a read returned at that very moment must not be
+        # admitted (a produce would be stored and never answered).
+        self._admitting = True
         # Only a plain socket survives a cancelled read (see the module docstring).
         self._cancel_safe = isinstance(stream, trio.SocketStream)
         # The slot the writer task waits for: while it is set, the writer is not writing,
@@ -88,7 +91,11 @@ class KafkaConnection:
         """Accept no more requests; those already read are still answered."""
         self._draining = True
         if self._cancel_safe or self._in_flight == 0:
-            self._reading.cancel()
+            self._stop_admitting()
+
+    def _stop_admitting(self) -> None:
+        self._admitting = False
+        self._reading.cancel()
 
     async def serve(self) -> None:
         send, receive = trio.open_memory_channel[_Slot](MAX_IN_FLIGHT)
@@ -137,12 +144,19 @@ class KafkaConnection:
             for frame in frames:
                 if self._quotas is not None:
                     await self._quota_pause(self._quotas, frame)
+                if not self._admitting:
+                    # Reading was cut while this read returned: its requests were never
+                    # accepted, so nothing of them is stored (the client sees them fail).
+                    return
                 pending = self._admit(frame)
                 if pending is None:
                     return
                 slot = _Slot()
                 self._in_flight += 1
-                await send.send(slot)
+                # Shielded: an admitted request (a produce is stored by now) must reach
+                # the writer, or its answer would be lost if reading is cut meanwhile.
+                with trio.CancelScope(shield=True):
+                    await send.send(slot)
                 nursery.start_soon(self._run, slot, pending)
                 if self._auth is not None and self._auth.failed:
                     return  # Kafka closes after a failed SASL step (once it is answered)
@@ -257,7 +271,7 @@ class KafkaConnection:
                 self._last_active = trio.current_time()
                 if self._draining and self._in_flight == 0:
                     # Every response is out: the blocked read may be cut now.
-                    self._reading.cancel()
+                    self._stop_admitting()
                 failed = self._auth is not None and self._auth.failed
                 if failed and not receive.statistics().current_buffer_used:
                     # Kafka closes after answering a failed SASL step (always the last one
