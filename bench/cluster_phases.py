@@ -57,7 +57,7 @@ class LatencyRun:
 
     @property
     def mb_per_s(self) -> float:
-        return self.delivered * self.size / self.seconds / MB
+        return float(self.delivered * self.size / self.seconds / MB)
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "msgs_per_s": self.msgs_per_s, "mb_per_s": self.mb_per_s}

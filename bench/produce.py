@@ -123,7 +123,7 @@ class ProduceResult:
 
     @property
     def mb_per_s(self) -> float:
-        return self.value_bytes / self.seconds / MB
+        return float(self.value_bytes / self.seconds / MB)
 
     @property
     def msgs_per_s(self) -> float:
