@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -138,3 +140,12 @@ def assert_no_passwords(*roots: Path) -> None:
             data = path.read_bytes()
             for password in PASSWORDS.values():
                 assert password.encode() not in data, f"password found in {path}"
+
+
+def until_ok(action: Callable[[], subprocess.CompletedProcess[str]], timeout: float = 60) -> None:
+    """Retry a CLI call until it succeeds: a cluster's metadata group may still be electing
+    its first leader."""
+    deadline = time.monotonic() + timeout
+    while (done := action()).returncode != 0:
+        assert time.monotonic() < deadline, done.stderr
+        time.sleep(0.5)

@@ -7,14 +7,14 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import ydb
 
 from tests.integration.cluster_support import Cluster
-from tests.integration.security_support import PASSWORDS, add_users
+from tests.integration.security_support import PASSWORDS, add_users, until_ok
 
 DATABASE = "/local"
 PATH = f"{DATABASE}/guarded"
@@ -52,14 +52,6 @@ def vdl(cluster: Cluster, node: int, *args: str) -> subprocess.CompletedProcess[
         text=True,
         timeout=60,
     )
-
-
-def until_ok(action: Callable[[], subprocess.CompletedProcess[str]]) -> None:
-    """The metadata group may still be electing its first leader."""
-    deadline = time.monotonic() + TIMEOUT
-    while (done := action()).returncode != 0:
-        assert time.monotonic() < deadline, done.stderr
-        time.sleep(0.5)
 
 
 def alice_may_describe(cluster: Cluster, node: int) -> bool:

@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient
 
 from tests.integration.cluster_support import Cluster
 from tests.integration.node_process import NodeProcess
-from tests.integration.security_support import PASSWORDS, add_users
+from tests.integration.security_support import PASSWORDS, add_users, until_ok
 
 TIMEOUT = 60
 NEW_USER, NEW_PASSWORD = "dave", "dave-Pw-7c2n"
@@ -71,14 +71,6 @@ def vdl(
         text=True,
         timeout=60,
     )
-
-
-def until_ok(action: Callable[[], subprocess.CompletedProcess[str]]) -> None:
-    """The metadata group may still be electing its first leader."""
-    deadline = time.monotonic() + TIMEOUT
-    while (done := action()).returncode != 0:
-        assert time.monotonic() < deadline, done.stderr
-        time.sleep(0.5)
 
 
 def scram_ok(cluster: Cluster, node: int, mechanism: str) -> bool:

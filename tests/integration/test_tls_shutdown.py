@@ -11,25 +11,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import trustme
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from tests.integration.node_process import NodeProcess
+from tests.integration.security_support import write_tls_files
 
 TOPIC = "tls-shutdown"
-
-
-def _tls_files(base: Path) -> tuple[Path, Path, Path]:
-    ca = trustme.CA()
-    cert = ca.issue_cert("localhost", "127.0.0.1")
-    cert_file, key_file, ca_file = base / "node.pem", base / "node.key", base / "ca.pem"
-    cert.cert_chain_pems[0].write_to_path(str(cert_file))
-    for extra in cert.cert_chain_pems[1:]:
-        extra.write_to_path(str(cert_file), append=True)
-    cert.private_key_pem.write_to_path(str(key_file))
-    ca.cert_pem.write_to_path(str(ca_file))
-    return cert_file, key_file, ca_file
 
 
 def _stored(config: dict[str, Any]) -> list[bytes]:
@@ -51,7 +39,7 @@ def _stored(config: dict[str, Any]) -> list[bytes]:
 
 
 def test_sigterm_answers_in_flight_tls_produce_requests(tmp_path: Path) -> None:
-    cert_file, key_file, ca_file = _tls_files(tmp_path)
+    cert_file, key_file, ca_file = write_tls_files(tmp_path)
     tls = ["--kafka-tls-cert", str(cert_file), "--kafka-tls-key", str(key_file)]
     node = NodeProcess(tmp_path / "data", *tls, "--log-level", "DEBUG")
     config: dict[str, Any] = {
