@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import trio
 
+from vdl.backends.api import StorageError
 from vdl.backends.registry import open_meta_store
 from vdl.broker.broker import Broker
 from vdl.broker.topics import TopicCatalog, topic_config_specs
@@ -42,6 +43,7 @@ from vdl.net.kafka.control_codec import warm_up
 from vdl.net.kafka.keepalive import KeepaliveTiming
 from vdl.net.kafka.quotas import KafkaQuotas
 from vdl.net.kafka.server import KafkaServer
+from vdl.net.listen import StartupError
 from vdl.net.ydb.service import YdbFrontEnd
 from vdl.security.acl_store import AclStore
 from vdl.security.service import Security
@@ -116,8 +118,7 @@ class Node:
             self._users = UserStore.from_file(config.users) if config.users is not None else None
             self._load_tls()
         except (UsersFileError, TlsConfigError) as exc:
-            log.error("%s", exc)
-            raise SystemExit(2) from None
+            raise StartupError(str(exc)) from None
         if self._users is not None and (legacy := self._users.legacy_users()):
             log.warning(
                 "users file %s stores plain-text passwords for %s; rewrite them with "
@@ -126,7 +127,11 @@ class Node:
                 ", ".join(legacy),
             )
         config.data_dir.mkdir(parents=True, exist_ok=True)
-        meta = open_meta_store(config.data_dir / "meta")
+        try:
+            meta = open_meta_store(config.data_dir / "meta")
+        except StorageError as exc:
+            # Most often another node already runs on this data directory (its lock).
+            raise StartupError(str(exc)) from None
         try:
             # Users added online (`vdl user ... --endpoint`) override the users file.
             user_table = UserTable(meta)
@@ -411,7 +416,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    trio.run(run_node, config)
+    failure: StartupError | None = None
+    try:
+        trio.run(run_node, config)
+    except* StartupError as group:
+        failure = _first_leaf(group)
+    if failure is not None:
+        print(f"vdl-node: {failure}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _first_leaf(group: BaseExceptionGroup[StartupError]) -> StartupError:
+    first = group.exceptions[0]
+    return first if isinstance(first, StartupError) else _first_leaf(first)
 
 
 if __name__ == "__main__":

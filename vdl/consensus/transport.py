@@ -41,6 +41,7 @@ from vdl.consensus.snapshot_transfer import (
 )
 from vdl.consensus.snapshot_wire import decode_request
 from vdl.consensus.state import SnapshotMeta
+from vdl.net.listen import open_listeners
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ class RaftTransport:
 
     async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         host, port = self._listen
-        listeners = await trio.open_tcp_listeners(port, host=host)
+        listeners = await open_listeners(host, port, "raft")
         self.port = int(listeners[0].socket.getsockname()[1])
         async with trio.open_nursery() as nursery:
             self._nursery = nursery

@@ -17,6 +17,8 @@ from typing import Literal, NoReturn
 
 import trio
 
+from vdl.net.listen import open_listeners
+
 from . import events as ev
 from .connection import GrpcConnection, GrpcSettings
 from .driver import READ_SIZE, CallIO, ConnectionDriver
@@ -305,7 +307,7 @@ class GrpcServer:
         Use with ``await nursery.start(server.serve, host, port)``, which returns the
         listeners once they accept connections.
         """
-        listeners = await trio.open_tcp_listeners(port, host=host)
+        listeners = await open_listeners(host, port, "gRPC")
         await self.serve_listeners(listeners, task_status=task_status)
 
     async def serve_listeners(

@@ -13,6 +13,7 @@ from vdl.net.kafka.apis.context import NodeInfo
 from vdl.net.kafka.connection import KafkaConnection
 from vdl.net.kafka.keepalive import DEFAULT_KEEPALIVE, KeepaliveTiming, enable_keepalive
 from vdl.net.kafka.quotas import KafkaQuotas
+from vdl.net.listen import open_listeners
 from vdl.security.service import NO_SECURITY, Security
 from vdl.security.tls import common_name
 
@@ -60,7 +61,7 @@ class KafkaServer:
 
     async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen and serve until shutdown() has stopped accepting and every connection ended."""
-        listeners = await trio.open_tcp_listeners(self._listen.port, host=self._listen.host)
+        listeners = await open_listeners(self._listen.host, self._listen.port, "Kafka")
         self.port = listeners[0].socket.getsockname()[1]
         # With port 0 (tests) clients must be told the port actually bound.
         advertised = self._advertised or HostPort(self._listen.host, self.port)
