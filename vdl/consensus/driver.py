@@ -72,7 +72,7 @@ from vdl.consensus.snapshot_transfer import (
     load_snapshot_meta,
     save_snapshot_meta,
 )
-from vdl.consensus.state import Role, SnapshotMeta
+from vdl.consensus.state import NO_NODE, Role, SnapshotMeta
 from vdl.log.flusher import Flusher
 
 log = logging.getLogger(__name__)
@@ -154,7 +154,9 @@ class GroupDriver:
             snapshot=snapshot,
             apply_payloads=self._index_machine is None,
         )
-        self._inbox: deque[Message] = deque()
+        # Messages in arrival order, each with the ticks counted before it came: a turn
+        # steps ticks and messages in the order they happened (see _drain).
+        self._inbox: deque[tuple[int, Message]] = deque()
         self._ticks = 0
         self._wakeup = trio.Event()
         self._pending: deque[_PendingPersist] = deque()
@@ -227,7 +229,7 @@ class GroupDriver:
         if len(self._inbox) >= self._opts.inbox_limit:
             self.dropped_messages += 1
             return
-        self._inbox.append(message)
+        self._inbox.append((self._ticks, message))
         self._wakeup.set()
 
     def _step_now(self, message: Message) -> None:
@@ -387,14 +389,19 @@ class GroupDriver:
             offer, data, staging = self._fetched
             self._fetched = None
             await self._install_snapshot(offer, data, staging)
+        # Ticks and messages in the order they came. A turn that starts late (the last
+        # one awaited a sync, or the event loop was busy) finds several of each; ticking
+        # them all first would judge a leader's quorum or a follower's election timeout
+        # before stepping the acks and heartbeats that arrived in that time, and depose a
+        # leader whose followers answered all along.
         ticks, self._ticks = self._ticks, 0
-        for _ in range(ticks):
-            core.tick()
-        if ticks:
-            self._retry_snapshots()
         inbox, self._inbox = self._inbox, deque()
+        ticked = 0
         now = trio.current_time()
-        for message in inbox:
+        for before, message in inbox:
+            for _ in range(before - ticked):
+                core.tick()
+            ticked = max(ticked, before)
             self._heard[message.src] = now
             if message.dst != self.node_id:
                 continue
@@ -402,6 +409,10 @@ class GroupDriver:
                 self._start_fetch(message)
                 continue
             core.step(message)
+        for _ in range(ticks - ticked):
+            core.tick()
+        if ticks:
+            self._retry_snapshots()
         while True:
             while core.has_ready():
                 await self._handle_ready(core.ready())
@@ -696,6 +707,16 @@ class GroupDriver:
         core = self.core
         seen = (core.leader_id, core.term, core.role is Role.LEADER)
         if seen != self._role_seen:
+            if self._role_seen[2] and not seen[2] and seen[1] == self._role_seen[1]:
+                # Not deposed by a newer term: check-quorum, or our own removal.
+                log.warning(
+                    "group %d: stepped down in term %d (no quorum heard from within an "
+                    "election timeout, or removed from the group)",
+                    self.group_id,
+                    core.term,
+                )
+            elif core.leader_id != NO_NODE and seen[:2] != self._role_seen[:2]:
+                log.info("group %d: node %d leads in term %d", self.group_id, *seen[:2])
             self._role_seen = seen
             self._machine.on_role_change(core.leader_id, core.term, seen[2])
             self._changed.set()

@@ -27,6 +27,7 @@ from vdl.consensus.messages import (
     AppendEntries,
     AppendResponse,
     Heartbeat,
+    HeartbeatResponse,
     Message,
     VoteResponse,
 )
@@ -404,3 +405,30 @@ async def test_a_streams_follower_writes_an_append_from_the_readers_call(tmp_pat
         assert machine.applied_to == 1 and not machine.applied  # the commit it heard of
         assert driver.turns >= turns + 1
         await _stop(driver, nursery)
+
+
+async def test_a_late_turn_steps_messages_in_order_with_its_ticks(
+    cluster: DriverCluster,
+) -> None:
+    """A leader's turn that starts late finds many ticks and the followers' answers that
+    came meanwhile. Stepped in arrival order, the answers count for the check-quorum
+    windows they arrived in: the leader stays leader. (Ticking all of them first would
+    close two windows before any answer was stepped and depose a leader whose followers
+    answered all along.)"""
+    leader = await cluster.wait_leader()
+    driver = leader.driver
+    assert driver is not None
+    term = driver.term
+    followers = [n for n in cluster.nodes if n != leader.node_id]
+    # No checkpoint in this loop: the driver task cannot run a turn until it is done, just
+    # as when its previous turn awaited a slow sync. Three election timeouts pass, each
+    # tick followed by both followers' heartbeat answers.
+    for _ in range(3 * RAFT.election_tick):
+        driver._ticks += 1  # what the ticker task counts while a turn is late
+        for follower in followers:
+            driver.deliver(HeartbeatResponse(follower, leader.node_id, term))
+    turns = driver.turns
+    with trio.fail_after(10):
+        while driver.turns == turns:
+            await trio.sleep(0)
+    assert driver.is_leader and driver.term == term
