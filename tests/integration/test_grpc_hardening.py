@@ -1,0 +1,157 @@
+"""Hostile HTTP/2 clients on the YDB gRPC port cannot grow a node's memory without bound or
+hold a connection for free; after each attack a real client (the YDB SDK) is served.
+
+Memory is the node process's own resident set (``VmRSS``), read before and after an attack
+that would cost it hundreds of MiB if nothing bounded it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ssl
+from collections.abc import Iterator
+from pathlib import Path
+
+import h2.config
+import h2.connection
+import h2.events
+import pytest
+import trio
+import ydb
+from h2.settings import SettingCodes
+
+from tests.integration.node_process import NodeProcess
+from tests.integration.security_support import PASSWORDS, add_users, write_tls_files
+from vdl.net.ydb.protos import ydb_scheme_pb2
+
+DATABASE = "/local"
+STREAM_WRITE = "/Ydb.Topic.V1.TopicService/StreamWrite"
+LIST_DIRECTORY = "/Ydb.Scheme.V1.SchemeService/ListDirectory"
+UNAUTHORIZED = 400020
+MIB = 1 << 20
+
+
+def rss(node: NodeProcess) -> int:
+    """The node process's resident set size, in bytes."""
+    assert node.process is not None
+    with open(f"/proc/{node.process.pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS in /proc status")
+
+
+def sdk_served(node: NodeProcess, user: str | None = None) -> None:
+    """A legitimate YDB SDK client connects, (logs in,) and lists the database."""
+    credentials = None
+    if user is not None:
+        credentials = ydb.StaticCredentials.from_user_password(user, PASSWORDS[user])
+    config = ydb.DriverConfig(
+        endpoint=f"grpc://{node.grpc_address}", database=DATABASE, credentials=credentials
+    )
+    driver = ydb.Driver(driver_config=config)
+    try:
+        driver.wait(timeout=20, fail_fast=True)
+        listing = driver.scheme_client.list_directory(DATABASE)
+        assert listing.name is not None
+    finally:
+        driver.stop(timeout=10)
+
+
+class RawClient:
+    """An HTTP/2 client built on h2 that does what a gRPC library never would."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        self.events: list[h2.events.Event] = []
+        self.eof = False
+
+    async def start(self) -> None:
+        self.h2.initiate_connection()
+        await self.flush()
+
+    async def flush(self) -> None:
+        data = self.h2.data_to_send()
+        if data:
+            await self.stream.send_all(data)
+
+    def open(self, path: str, *metadata: tuple[str, str]) -> int:
+        stream_id = self.h2.get_next_available_stream_id()
+        headers = [
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":path", path),
+            (":authority", "127.0.0.1"),
+            ("content-type", "application/grpc"),
+            ("te", "trailers"),
+            ("x-ydb-database", DATABASE),
+            *metadata,
+        ]
+        self.h2.send_headers(stream_id, headers)
+        return stream_id
+
+    async def read_for(self, seconds: float) -> None:
+        """Process whatever the server sends for ``seconds`` (or until it closes)."""
+        with trio.move_on_after(seconds):
+            while not self.eof:
+                try:
+                    data = await self.stream.receive_some(1 << 20)
+                except trio.BrokenResourceError:
+                    data = b""
+                if not data:
+                    self.eof = True
+                    return
+                self.events += self.h2.receive_data(data)
+                await self.flush()
+
+    def window(self, stream_id: int) -> int:
+        return min(self.h2.local_flow_control_window(stream_id), self.h2.max_outbound_frame_size)
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+    with NodeProcess(tmp_path_factory.mktemp("grpc-hard") / "data") as process:
+        yield process
+
+
+async def test_unfinished_messages_are_bounded_per_connection(node: NodeProcess) -> None:
+    """8 streams each sending most of a 40 MiB message that never completes: 320 MiB the
+    node would buffer if it kept crediting bytes of unfinished messages."""
+    before = rss(node)
+    size = 40 * MIB
+    async with await trio.open_tcp_stream("127.0.0.1", node.grpc_port) as stream:
+        client = RawClient(stream)
+        await client.start()
+        await client.read_for(0.5)
+        streams = {client.open(STREAM_WRITE): 0 for _ in range(8)}
+        for sid in streams:
+            # The prefix announces the whole message; its last byte never comes.
+            client.h2.send_data(sid, b"\x00" + size.to_bytes(4, "big"))
+        sent = 0
+        while True:
+            progressed = False
+            for sid, done in streams.items():
+                chunk = min(client.window(sid), size - 1 - done)
+                if chunk > 0:
+                    client.h2.send_data(sid, bytes(chunk))
+                    streams[sid] = done + chunk
+                    sent += chunk
+                    progressed = True
+            await client.flush()
+            if not progressed:
+                # Wait for the server's WINDOW_UPDATEs; none for a while means it is full.
+                events = len(client.events)
+                await client.read_for(2.0)
+                if len(client.events) == events or client.eof:
+                    break
+            else:
+                await client.read_for(0.01)
+        grown = rss(node) - before
+        print(f"sent {sent // MIB} MiB, node RSS grew {grown // MIB} MiB", streams)
+        assert not client.eof
+        # Bounded by the largest message plus the connection window (32 MiB), not by 320 MiB.
+        assert sent < 150 * MIB, sent
+        assert grown < 150 * MIB, grown
+        # The attacking connection is still open while a real client is served.
+        await trio.to_thread.run_sync(sdk_served, node)
