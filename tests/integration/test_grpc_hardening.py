@@ -22,11 +22,11 @@ from h2.settings import SettingCodes
 
 from tests.integration.node_process import NodeProcess
 from tests.integration.security_support import PASSWORDS, add_users, write_tls_files
-from vdl.net.ydb.protos import ydb_scheme_pb2
+from vdl.net.ydb.protos import ydb_topic_pb2
 
 DATABASE = "/local"
 STREAM_WRITE = "/Ydb.Topic.V1.TopicService/StreamWrite"
-LIST_DIRECTORY = "/Ydb.Scheme.V1.SchemeService/ListDirectory"
+DESCRIBE_TOPIC = "/Ydb.Topic.V1.TopicService/DescribeTopic"
 UNAUTHORIZED = 400020
 MIB = 1 << 20
 
@@ -148,10 +148,47 @@ async def test_unfinished_messages_are_bounded_per_connection(node: NodeProcess)
             else:
                 await client.read_for(0.01)
         grown = rss(node) - before
-        print(f"sent {sent // MIB} MiB, node RSS grew {grown // MIB} MiB", streams)
+        print(f"sent {sent // MIB} MiB, node RSS grew {grown // MIB} MiB")
         assert not client.eof
         # Bounded by the largest message plus the connection window (32 MiB), not by 320 MiB.
         assert sent < 150 * MIB, sent
         assert grown < 150 * MIB, grown
         # The attacking connection is still open while a real client is served.
         await trio.to_thread.run_sync(sdk_served, node)
+
+
+@pytest.fixture(scope="module")
+def auth_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+    base = tmp_path_factory.mktemp("grpc-auth")
+    users = base / "users"
+    add_users(users)
+    with NodeProcess(base / "data", "--users", str(users), "--superusers", "admin") as process:
+        yield process
+
+
+async def test_unary_call_without_token_is_refused_before_its_body(
+    auth_node: NodeProcess,
+) -> None:
+    """The answer comes from the headers: the 50 MB body announced is never awaited."""
+    async with await trio.open_tcp_stream("127.0.0.1", auth_node.grpc_port) as stream:
+        client = RawClient(stream)
+        await client.start()
+        await client.read_for(0.5)
+        sid = client.open(DESCRIBE_TOPIC)
+        client.h2.send_data(sid, b"\x00" + (50_000_000).to_bytes(4, "big"))
+        client.h2.send_data(sid, bytes(MIB))
+        await client.flush()
+        with trio.fail_after(20):
+            while not any(isinstance(e, h2.events.StreamEnded) for e in client.events):
+                await client.read_for(0.5)
+                assert not client.eof
+        body = b"".join(e.data for e in client.events if isinstance(e, h2.events.DataReceived))
+        trailers = next(e for e in client.events if isinstance(e, h2.events.TrailersReceived))
+        assert (b"grpc-status", b"0") in trailers.headers
+        response = ydb_topic_pb2.DescribeTopicResponse.FromString(body[5:])
+        assert response.operation.status == UNAUTHORIZED
+        # The rest of the request is refused, not read (RFC 9113 §8.1).
+        await client.read_for(0.5)
+        resets = [e for e in client.events if isinstance(e, h2.events.StreamReset)]
+        assert [(r.stream_id, r.error_code) for r in resets] == [(sid, 0)]
+    await trio.to_thread.run_sync(sdk_served, auth_node, "alice")
