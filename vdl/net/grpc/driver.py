@@ -26,6 +26,15 @@ logger = logging.getLogger("vdl.net.grpc")
 # Bytes handed to h2 per receive_data call, plaintext or TLS: our TLS stream returns all
 # the records one socket read brought, so both transports batch the same way.
 READ_SIZE = 256 * 1024
+# Outgoing bytes queued (serialised, not yet accepted by the transport) above which the
+# connection stops reading from its peer and handlers stop queueing messages, until the
+# peer reads: what grpc-go's control-buffer throttle and Go net/http2's cap on queued
+# control frames do, so a peer that sends PINGs (or requests) and never reads cannot make
+# us queue replies without bound. Flow-controlled DATA is bounded by the peer's windows,
+# but the peer chooses those too.
+MAX_QUEUED_OUTGOING = 1 << 20
+# A peer that has not read any of it for this long is taken to be gone and disconnected.
+WRITE_STALL_TIMEOUT = 30.0
 
 
 @contextmanager
@@ -98,6 +107,7 @@ class CallIO:
             await self.changed.wait()
         if self.is_reset:
             raise GrpcError(StatusCode.CANCELLED, "stream reset while sending")
+        await self.driver.wait_drained()
 
 
 class ConnectionDriver:
@@ -114,6 +124,11 @@ class ConnectionDriver:
         self._pings: dict[bytes, trio.Event] = {}
         self._ping_counter = 0
         self.closed = False
+        # Bytes taken from the core and not yet accepted by the transport.
+        self._in_flight = 0
+        self._drained = Signal()
+        #: Trio time of the last bytes read (for idle timeouts).
+        self.last_activity = trio.current_time()
 
     # ------------------------------------------------------------------ writing
 
@@ -125,10 +140,42 @@ class ConnectionDriver:
         async with self._send_lock:
             data = self.conn.data_to_send()
             if data and not self.closed:
+                self._in_flight = len(data)
                 try:
                     await self.transport.send_all(data)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     self._lost("write failed")
+                finally:
+                    self._in_flight = 0
+                    self._drained.fire()
+
+    @property
+    def queued_outgoing(self) -> int:
+        """Outgoing bytes serialised and not yet accepted by the transport."""
+        return self._in_flight + self.conn.queued_bytes
+
+    async def wait_drained(self) -> None:
+        """Wait while more than ``MAX_QUEUED_OUTGOING`` bytes wait for the peer to read.
+
+        If the peer reads none of them for ``WRITE_STALL_TIMEOUT`` the connection is
+        dropped (one log line) and this returns.
+        """
+        if self.queued_outgoing <= MAX_QUEUED_OUTGOING:
+            return
+        with trio.move_on_after(WRITE_STALL_TIMEOUT) as stall:
+            while not self.closed and self.queued_outgoing > MAX_QUEUED_OUTGOING:
+                self.wake_writer()
+                await self._drained.wait()
+                if not self.closed and self.queued_outgoing > MAX_QUEUED_OUTGOING:
+                    # Some went out: the peer reads, only slowly; give it time again.
+                    stall.deadline = trio.current_time() + WRITE_STALL_TIMEOUT
+        if stall.cancelled_caught and not self.closed:
+            logger.warning(
+                "closing connection: peer read none of %d queued bytes in %.0f s",
+                self.queued_outgoing,
+                WRITE_STALL_TIMEOUT,
+            )
+            self._lost("peer stopped reading")
 
     async def writer(self) -> None:
         while not self.closed:
@@ -148,11 +195,14 @@ class ConnectionDriver:
             if not data:
                 self._lost("connection closed by peer")
                 return
+            self.last_activity = trio.current_time()
             for event in self.conn.receive_data(data):
                 self.handle_event(event)
             self.wake_writer()
             if self.conn.closed and not self.conn.open_stream_count:
                 return
+            # Read no more from a peer that does not read what we owe it.
+            await self.wait_drained()
 
     def handle_event(self, event: ev.Event) -> None:
         """Dispatch one core event; subclasses extend it for side-specific events."""
