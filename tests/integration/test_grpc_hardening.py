@@ -7,8 +7,7 @@ that would cost it hundreds of MiB if nothing bounded it.
 
 from __future__ import annotations
 
-import contextlib
-import ssl
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import h2.events
 import pytest
 import trio
 import ydb
-from h2.settings import SettingCodes
+from hyperframe.frame import Frame, GoAwayFrame, PingFrame, SettingsFrame
 
 from tests.integration.node_process import NodeProcess
 from tests.integration.security_support import PASSWORDS, add_users, write_tls_files
@@ -192,3 +191,104 @@ async def test_unary_call_without_token_is_refused_before_its_body(
         resets = [e for e in client.events if isinstance(e, h2.events.StreamReset)]
         assert [(r.stream_id, r.error_code) for r in resets] == [(sid, 0)]
     await trio.to_thread.run_sync(sdk_served, auth_node, "alice")
+
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
+def flood_pings(node: NodeProcess, count: int) -> int:
+    """Send up to ``count`` PINGs and read nothing; returns how many the node took before
+    it stopped reading (or all of them)."""
+    block = PingFrame(0, opaque_data=b"12345678").serialize() * 10_000
+    sent = 0
+    with socket.create_connection(("127.0.0.1", node.grpc_port)) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.sendall(PREFACE + SettingsFrame(0).serialize())
+        sock.settimeout(3.0)
+        try:
+            while sent < count:
+                sock.sendall(block)
+                sent += 10_000
+        except TimeoutError:
+            pass  # the node stopped reading
+        return sent
+
+
+async def test_peer_that_never_reads_cannot_queue_replies(node: NodeProcess) -> None:
+    """2 M PINGs, never reading a PING ACK: 34 MB of replies the node would queue."""
+    before = rss(node)
+    sent = await trio.to_thread.run_sync(flood_pings, node, 2_000_000)
+    grown = rss(node) - before
+    print(f"sent {sent} PINGs, node RSS grew {grown // MIB} MiB")
+    assert grown < 16 * MIB, grown
+    await trio.to_thread.run_sync(sdk_served, node)
+
+
+def frames_in(data: bytes) -> list[Frame]:
+    frames = []
+    view = memoryview(data)
+    while len(view) >= 9:
+        frame, length = Frame.parse_frame_header(view[:9])
+        frame.parse_body(view[9 : 9 + length])
+        frames.append(frame)
+        view = view[9 + length :]
+    return frames
+
+
+async def _closed_by_node(stream: trio.abc.Stream) -> bytes:
+    """Everything the node sends until it closes the connection (bounded wait)."""
+    received = bytearray()
+    with trio.fail_after(60):
+        while True:
+            try:
+                data = await stream.receive_some(65536)
+            except trio.BrokenResourceError:
+                return bytes(received)
+            if not data:
+                return bytes(received)
+            received += data
+
+
+async def test_idle_connection_is_closed(tmp_path: Path) -> None:
+    with NodeProcess(tmp_path / "data", "--grpc-max-connection-idle-ms", "300") as node:
+        async with await trio.open_tcp_stream("127.0.0.1", node.grpc_port) as stream:
+            await stream.send_all(PREFACE + SettingsFrame(0).serialize())
+            received = await _closed_by_node(stream)
+        goaways = [f for f in frames_in(received) if isinstance(f, GoAwayFrame)]
+        assert [g.error_code for g in goaways] == [0]  # NO_ERROR, then the close
+        assert node.log().count("idle for") == 1
+        # The SDK's connection may be closed between calls too; it reconnects and is served.
+        await trio.to_thread.run_sync(sdk_served, node)
+        await trio.to_thread.run_sync(sdk_served, node)
+
+
+def sdk_served_tls(node: NodeProcess, ca_file: Path) -> None:
+    config = ydb.DriverConfig(
+        endpoint=f"grpcs://{node.grpc_address}",
+        database=DATABASE,
+        root_certificates=ca_file.read_bytes(),
+    )
+    driver = ydb.Driver(driver_config=config)
+    try:
+        driver.wait(timeout=20, fail_fast=True)
+        assert driver.scheme_client.list_directory(DATABASE).name is not None
+    finally:
+        driver.stop(timeout=10)
+
+
+async def test_tls_handshake_never_finished_loses_its_connection(tmp_path: Path) -> None:
+    """Slowloris on the gRPC TLS port: connections that say nothing, or half a
+    ClientHello, are closed by the node after the handshake timeout."""
+    cert_file, key_file, ca_file = write_tls_files(tmp_path)
+    flags = ["--tls-cert", str(cert_file), "--tls-key", str(key_file)]
+    with NodeProcess(tmp_path / "data", *flags, "--tls-handshake-timeout-ms", "300") as node:
+        silent = [await trio.open_tcp_stream("127.0.0.1", node.grpc_port) for _ in range(10)]
+        # The start of a TLS record carrying a ClientHello, and then nothing.
+        half = await trio.open_tcp_stream("127.0.0.1", node.grpc_port)
+        await half.send_all(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")
+        for stream in [*silent, half]:
+            async with stream:
+                assert await _closed_by_node(stream) == b""
+        # One line per connection (the start-up probe of NodeProcess makes one more).
+        assert node.log().count("TLS handshake with") >= 11
+        await trio.to_thread.run_sync(sdk_served_tls, node, ca_file)
