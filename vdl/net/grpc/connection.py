@@ -421,7 +421,7 @@ class GrpcConnection:
             self._h2.acknowledge_received_data(credit, stream_id)
         if released:
             self._release(released)
-        elif self._starved:
+        elif self._starved and not self.closed:
             self._h2.announce_connection_credit()
 
     def outbound_pending(self, stream_id: int) -> int:
@@ -528,7 +528,7 @@ class GrpcConnection:
             if (stream := self._streams.get(sid)) is not None
         }
         total = sum(held.values())
-        for sid in reversed(list(self._starved)):
+        for sid in reversed(list(held)):
             if total <= limit:
                 break
             stream = self._streams[sid]

@@ -35,6 +35,7 @@ READ_SIZE = 256 * 1024
 MAX_QUEUED_OUTGOING = 1 << 20
 # A peer that has not read any of it for this long is taken to be gone and disconnected.
 WRITE_STALL_TIMEOUT = 30.0
+_SEND_PIECE = 256 * 1024
 
 
 @contextmanager
@@ -141,8 +142,14 @@ class ConnectionDriver:
             data = self.conn.data_to_send()
             if data and not self.closed:
                 self._in_flight = len(data)
+                view = memoryview(data)
                 try:
-                    await self.transport.send_all(data)
+                    # In pieces, so that a slow reader is seen making progress.
+                    for start in range(0, len(view), _SEND_PIECE):
+                        piece = view[start : start + _SEND_PIECE]
+                        await self.transport.send_all(piece)
+                        self._in_flight -= len(piece)
+                        self._drained.fire()
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     self._lost("write failed")
                 finally:
