@@ -11,7 +11,7 @@ import trio.testing
 from hyperframe.frame import Frame, GoAwayFrame, PingFrame, SettingsFrame
 
 from tests.unit.grpc.grpc_handlers import make_server
-from vdl.net.grpc import open_memory_channel
+from vdl.net.grpc import GrpcSettings, open_memory_channel
 from vdl.net.grpc.driver import MAX_QUEUED_OUTGOING, WRITE_STALL_TIMEOUT
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -93,3 +93,30 @@ async def test_connection_with_an_open_call_is_not_idle(
             assert await call.receive() is None
         # A new call right away still works; the idle time counts from the last call.
         assert await channel.unary("/test.Echo/Unary", b"x") == b"x"
+
+
+async def test_big_messages_both_ways_do_not_deadlock(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Unbuffered streams, windows far above the queue cap, both sides sending at once:
+    # if either stopped reading because of its own unsent DATA, both would block writing.
+    big = GrpcSettings(stream_window_size=64 << 20, connection_window_size=64 << 20)
+    server = make_server()
+    server.settings = big
+    message = b"m" * (4 * MAX_QUEUED_OUTGOING)
+    echoed = 0
+    async with open_memory_channel(server, settings=big, lockstep=True) as channel:
+        async with channel.stream("/test.Echo/Stream") as call:
+
+            async def send_all() -> None:
+                for _ in range(6):
+                    await call.send(message)
+                await call.close_send()
+
+            with trio.fail_after(WRITE_STALL_TIMEOUT / 2):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(send_all)
+                    while (reply := await call.receive()) is not None:
+                        assert reply == message
+                        echoed += 1
+    assert echoed == 6

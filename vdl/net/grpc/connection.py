@@ -221,6 +221,7 @@ class GrpcConnection:
         # Budget reserved by messages credited ahead, and the streams waiting to reserve.
         self.reserved = 0
         self._starved: dict[int, None] = {}  # ordered set, first come first admitted
+        self._replies_queued = 0
         self.goaway_sent_last_stream_id: int | None = None
         self.goaway_received: ev.GoAwayReceived | None = None
         self.closed = False
@@ -231,6 +232,7 @@ class GrpcConnection:
         """Process bytes read from the transport; return what happened, in order."""
         if self.closed:
             return []
+        queued = self._h2.queued_bytes
         try:
             h2_events = self._h2.receive_data(data)
         except h2.exceptions.ProtocolError as exc:
@@ -238,6 +240,8 @@ class GrpcConnection:
             logger.warning("HTTP/2 protocol error from peer: %s", exc)
             self.closed = True
             return [ev.ConnectionFailed(str(exc) or type(exc).__name__)]
+        # What h2 queued by itself while reading: ACKs, RST_STREAMs, its WINDOW_UPDATEs.
+        self._replies_queued += self._h2.queued_bytes - queued
         out: list[ev.Event] = []
         for event in h2_events:
             self._translate(event, out)
@@ -259,6 +263,12 @@ class GrpcConnection:
     def queued_bytes(self) -> int:
         """Bytes ready to send and not yet taken by ``data_to_send``."""
         return len(self._out) + self._h2.queued_bytes
+
+    def take_replies_queued(self) -> int:
+        """Bytes of frames h2 queued in reply to received ones (PING and SETTINGS ACKs,
+        RST_STREAM...) since the last call: the part of our output the peer controls."""
+        replies, self._replies_queued = self._replies_queued, 0
+        return replies
 
     def connection_lost(self) -> list[ev.Event]:
         """The transport is gone: every open stream counts as reset."""

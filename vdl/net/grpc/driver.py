@@ -26,12 +26,15 @@ logger = logging.getLogger("vdl.net.grpc")
 # Bytes handed to h2 per receive_data call, plaintext or TLS: our TLS stream returns all
 # the records one socket read brought, so both transports batch the same way.
 READ_SIZE = 256 * 1024
-# Outgoing bytes queued (serialised, not yet accepted by the transport) above which the
-# connection stops reading from its peer and handlers stop queueing messages, until the
-# peer reads: what grpc-go's control-buffer throttle and Go net/http2's cap on queued
-# control frames do, so a peer that sends PINGs (or requests) and never reads cannot make
-# us queue replies without bound. Flow-controlled DATA is bounded by the peer's windows,
-# but the peer chooses those too.
+# Outgoing bytes a peer can make us queue (serialised, not yet accepted by the transport)
+# before we wait for it to read them:
+# * replies HTTP/2 itself owes the peer (PING and SETTINGS ACKs, RST_STREAM, ...) stop
+#   our reading from it, as grpc-go's control-buffer throttle and Go net/http2's cap on
+#   queued control frames do, so a peer that sends PINGs and never reads cannot make us
+#   queue ACKs without bound. Only those count here, never our DATA: two peers that each
+#   stopped reading because of their own unsent DATA would wait for each other forever.
+# * handlers' messages wait while the whole queue is over it: flow control bounds DATA
+#   by the peer's windows, but the peer chooses those too.
 MAX_QUEUED_OUTGOING = 1 << 20
 # A peer that has not read any of it for this long is taken to be gone and disconnected.
 WRITE_STALL_TIMEOUT = 30.0
@@ -128,6 +131,8 @@ class ConnectionDriver:
         # Bytes taken from the core and not yet accepted by the transport.
         self._in_flight = 0
         self._drained = Signal()
+        # Upper bound of the queued bytes that are HTTP/2's own replies to the peer.
+        self._replies_queued = 0
         #: Trio time of the last bytes read (for idle timeouts).
         self.last_activity = trio.current_time()
 
@@ -149,11 +154,13 @@ class ConnectionDriver:
                         piece = view[start : start + _SEND_PIECE]
                         await self.transport.send_all(piece)
                         self._in_flight -= len(piece)
+                        self._replies_queued = min(self._replies_queued, self.queued_outgoing)
                         self._drained.fire()
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     self._lost("write failed")
                 finally:
                     self._in_flight = 0
+                    self._replies_queued = min(self._replies_queued, self.queued_outgoing)
                     self._drained.fire()
 
     @property
@@ -161,19 +168,25 @@ class ConnectionDriver:
         """Outgoing bytes serialised and not yet accepted by the transport."""
         return self._in_flight + self.conn.queued_bytes
 
-    async def wait_drained(self) -> None:
-        """Wait while more than ``MAX_QUEUED_OUTGOING`` bytes wait for the peer to read.
+    async def wait_drained(self, *, replies_only: bool = False) -> None:
+        """Wait while more than ``MAX_QUEUED_OUTGOING`` bytes (with ``replies_only``, of
+        HTTP/2's own replies) wait for the peer to read.
 
         If the peer reads none of them for ``WRITE_STALL_TIMEOUT`` the connection is
         dropped (one log line) and this returns.
         """
-        if self.queued_outgoing <= MAX_QUEUED_OUTGOING:
+
+        def over() -> bool:
+            queued = self._replies_queued if replies_only else self.queued_outgoing
+            return not self.closed and queued > MAX_QUEUED_OUTGOING
+
+        if not over():
             return
         with trio.move_on_after(WRITE_STALL_TIMEOUT) as stall:
-            while not self.closed and self.queued_outgoing > MAX_QUEUED_OUTGOING:
+            while over():
                 self.wake_writer()
                 await self._drained.wait()
-                if not self.closed and self.queued_outgoing > MAX_QUEUED_OUTGOING:
+                if over():
                     # Some went out: the peer reads, only slowly; give it time again.
                     stall.deadline = trio.current_time() + WRITE_STALL_TIMEOUT
         if stall.cancelled_caught and not self.closed:
@@ -205,11 +218,12 @@ class ConnectionDriver:
             self.last_activity = trio.current_time()
             for event in self.conn.receive_data(data):
                 self.handle_event(event)
+            self._replies_queued += self.conn.take_replies_queued()
             self.wake_writer()
             if self.conn.closed and not self.conn.open_stream_count:
                 return
             # Read no more from a peer that does not read what we owe it.
-            await self.wait_drained()
+            await self.wait_drained(replies_only=True)
 
     def handle_event(self, event: ev.Event) -> None:
         """Dispatch one core event; subclasses extend it for side-specific events."""
