@@ -8,6 +8,7 @@ that would cost it hundreds of MiB if nothing bounded it.
 from __future__ import annotations
 
 import socket
+import ssl
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -292,3 +293,26 @@ async def test_tls_handshake_never_finished_loses_its_connection(tmp_path: Path)
         # One line per connection (the start-up probe of NodeProcess makes one more).
         assert node.log().count("TLS handshake with") >= 11
         await trio.to_thread.run_sync(sdk_served_tls, node, ca_file)
+
+
+@pytest.mark.slow
+async def test_kafka_tls_handshake_never_finished_loses_its_connection(tmp_path: Path) -> None:
+    """The same slowloris on the Kafka TLS listener, whose handshake timeout is a fixed
+    10 s (hence slow); a TLS Kafka client is served afterwards."""
+    cert_file, key_file, ca_file = write_tls_files(tmp_path)
+    flags = ["--kafka-tls-cert", str(cert_file), "--kafka-tls-key", str(key_file)]
+    with NodeProcess(tmp_path / "data", *flags) as node:
+        silent = [await trio.open_tcp_stream("127.0.0.1", node.kafka_port) for _ in range(10)]
+        for stream in silent:
+            async with stream:
+                assert await _closed_by_node(stream) == b""
+        assert node.log().count("TLS handshake with") >= 10
+        context = ssl.create_default_context(cafile=str(ca_file))
+        tcp = await trio.open_tcp_stream("127.0.0.1", node.kafka_port)
+        async with trio.SSLStream(tcp, context, server_hostname="localhost") as tls:
+            # ApiVersions v0, correlation id 7: answered over the finished handshake.
+            request = b"\x00\x12\x00\x00\x00\x00\x00\x07\x00\x04test"
+            await tls.send_all(len(request).to_bytes(4, "big") + request)
+            with trio.fail_after(20):
+                reply = await tls.receive_some(65536)
+            assert reply[4:8] == (7).to_bytes(4, "big")
