@@ -117,6 +117,9 @@ class CallIO:
 class ConnectionDriver:
     """Reader and writer tasks for one connection, with event dispatch to :class:`CallIO`."""
 
+    #: Who is at the other end, for log lines.
+    peer = "to the server"
+
     def __init__(self, transport: trio.abc.Stream, conn: GrpcConnection, *, read_size: int) -> None:
         self.transport = transport
         self.conn = conn
@@ -191,7 +194,8 @@ class ConnectionDriver:
                     stall.deadline = trio.current_time() + WRITE_STALL_TIMEOUT
         if stall.cancelled_caught and not self.closed:
             logger.warning(
-                "closing connection: peer read none of %d queued bytes in %.0f s",
+                "closing connection %s: peer read none of %d queued bytes in %.0f s",
+                self.peer,
                 self.queued_outgoing,
                 WRITE_STALL_TIMEOUT,
             )
