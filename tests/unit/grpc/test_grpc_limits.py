@@ -120,3 +120,21 @@ async def test_big_messages_both_ways_do_not_deadlock(
                         assert reply == message
                         echoed += 1
     assert echoed == 6
+
+
+async def test_client_waits_for_a_stream_slot(autojump_clock: trio.testing.MockClock) -> None:
+    server = make_server()
+    server.settings = GrpcSettings(max_concurrent_streams=2)
+    async with open_memory_channel(server) as channel:
+        # Until the server's SETTINGS arrive the client assumes 100 streams (RFC 9113's
+        # recommended minimum); one call first makes sure they have.
+        assert await channel.unary("/test.Echo/Unary", b"first") == b"first"
+        results: list[bytes] = []
+
+        async def one(i: int) -> None:
+            results.append(await channel.unary("/test.Echo/Unary", bytes([i]), timeout=60))
+
+        async with trio.open_nursery() as nursery:
+            for i in range(10):
+                nursery.start_soon(one, i)
+        assert sorted(results) == [bytes([i]) for i in range(10)]

@@ -222,6 +222,7 @@ class GrpcConnection:
         self.reserved = 0
         self._starved: dict[int, None] = {}  # ordered set, first come first admitted
         self._replies_queued = 0
+        self.remote_settings_received = False
         self.goaway_sent_last_stream_id: int | None = None
         self.goaway_received: ev.GoAwayReceived | None = None
         self.closed = False
@@ -439,6 +440,15 @@ class GrpcConnection:
         stream = self._streams.get(stream_id)
         return stream.outbound.pending if stream is not None else 0
 
+    @property
+    def stream_slot_free(self) -> bool:
+        """Client side: the peer's concurrent-stream limit allows one more call now."""
+        limit = self._h2.remote_settings.max_concurrent_streams
+        if not self.remote_settings_received:
+            # Before the peer's SETTINGS, assume the least RFC 9113 §6.5.2 recommends.
+            limit = 100
+        return self._h2.open_outbound_streams < limit
+
     def is_open(self, stream_id: int) -> bool:
         return stream_id in self._streams
 
@@ -643,6 +653,7 @@ class GrpcConnection:
         elif isinstance(event, h2.events.WindowUpdated):
             out.append(ev.WindowUpdated(event.stream_id or 0))
         elif isinstance(event, h2.events.RemoteSettingsChanged):
+            self.remote_settings_received = True
             if SettingCodes.INITIAL_WINDOW_SIZE in event.changed_settings:
                 out.append(ev.WindowUpdated(0))
         elif isinstance(event, h2.events.PingReceived):
