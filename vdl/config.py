@@ -100,6 +100,15 @@ class NodeConfig:
     tls_key: Path | None = None
     database: str = "/local"
     users: Path | None = None
+    # gRPC connection limits (README "Hardening"): request bytes a connection may buffer
+    # beyond its flow-control windows (gRPC-core's resource quota), concurrent streams
+    # (SETTINGS_MAX_CONCURRENT_STREAMS), and a connection with no open call and no frame
+    # for this long gets GOAWAY and is closed (grpc-go's MaxConnectionIdle). A TLS
+    # handshake not finished within the timeout loses its connection.
+    grpc_connection_memory_bytes: int = 32 * 1024 * 1024
+    grpc_max_concurrent_streams: int = 250
+    grpc_max_connection_idle_ms: int = 600_000
+    tls_handshake_timeout_ms: int = 10_000
     # Security (README "Security"). Kafka TLS is on when both kafka_tls_cert and
     # kafka_tls_key are given; tls_client_ca makes both listeners require client
     # certificates it signed (mTLS). SASL mechanisms need a users file. With a users file,
@@ -310,6 +319,14 @@ def load_config(argv: Sequence[str], environ: Mapping[str, str]) -> NodeConfig:
             raise ConfigError("raft-tls-cert, raft-tls-key and raft-tls-ca must be given together")
         if not config.peers:
             raise ConfigError("raft-tls-cert needs peers")
+    for name in (
+        "grpc_connection_memory_bytes",
+        "grpc_max_concurrent_streams",
+        "grpc_max_connection_idle_ms",
+        "tls_handshake_timeout_ms",
+    ):
+        if getattr(config, name) < 1:
+            raise ConfigError(f"{name.replace('_', '-')} must be at least 1")
     if config.connections_max_idle_ms < 1:
         raise ConfigError("connections-max-idle-ms must be at least 1")
     if config.producer_byte_rate == 0 or config.consumer_byte_rate == 0:

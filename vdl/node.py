@@ -38,7 +38,7 @@ from vdl.consensus.peer_tls import PeerTls
 from vdl.groups.coordinator import GroupConfig
 from vdl.groups.service import GroupService
 from vdl.log.flusher import Flusher
-from vdl.net.grpc import GrpcServer
+from vdl.net.grpc import GrpcServer, GrpcSettings
 from vdl.net.kafka.control_codec import warm_up
 from vdl.net.kafka.keepalive import KeepaliveTiming
 from vdl.net.kafka.quotas import KafkaQuotas
@@ -343,7 +343,15 @@ class Node:
                     ydb.auth.signer.adopt(token_key.secret)
                 token_key.on_secret.append(ydb.auth.signer.adopt)
             tls = config.tls_cert is not None and config.tls_key is not None
-            grpc = GrpcServer(ssl_context=self._grpc_tls)
+            grpc = GrpcServer(
+                GrpcSettings(
+                    max_concurrent_streams=config.grpc_max_concurrent_streams,
+                    memory_budget=config.grpc_connection_memory_bytes,
+                ),
+                ssl_context=self._grpc_tls,
+                idle_timeout=config.grpc_max_connection_idle_ms / 1000,
+                handshake_timeout=config.tls_handshake_timeout_ms / 1000,
+            )
             ydb.register(grpc)
             async with trio.open_nursery() as front_ends:
                 self.kafka_port = await front_ends.start(kafka.serve)

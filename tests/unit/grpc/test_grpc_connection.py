@@ -136,3 +136,61 @@ def test_data_frame_repr_does_not_touch_the_payload() -> None:
     assert "repr(frame)" in inspect.getsource(h2.connection.H2Connection._receive_frame)
     text = repr(DataFrame(1, data=b"\xab" * 8_000_000))
     assert "8000000" in text and "abab" not in text
+
+
+def test_partial_messages_beyond_the_budget_wait_uncredited() -> None:
+    budget = GrpcSettings(
+        stream_window_size=65_535, connection_window_size=200_000, memory_budget=300_000
+    )
+    pair = Pair(budget)
+    sids = [pair.client.start_request("/t.S/M", authority="h") for _ in range(3)]
+    for sid in sids:
+        pair.client.send_message(sid, b"z" * 250_000)
+    pair.exchange()
+    # The first message reserved 250 kB of the 300 kB budget and completed; the others
+    # got no credit beyond their windows, so their bytes stay bounded by the windows.
+    (first,) = pair.take(pair.server_events, ev.MessageReceived)
+    assert first.stream_id == sids[0]
+    assert pair.server.reserved == 250_005
+    assert all(pair.client.outbound_pending(sid) > 0 for sid in sids[1:])
+    # Consuming it releases the reservation: the next stream in line is admitted.
+    pair.server.message_consumed(first.stream_id, first.flow_credit)
+    pair.exchange()
+    (second,) = pair.take(pair.server_events, ev.MessageReceived)
+    assert second.stream_id == sids[1]
+    assert pair.client.outbound_pending(sids[2]) > 0
+    pair.server.message_consumed(second.stream_id, second.flow_credit)
+    pair.exchange()
+    (third,) = pair.take(pair.server_events, ev.MessageReceived)
+    assert third.stream_id == sids[2] and len(third.data) == 250_000
+    pair.server.message_consumed(third.stream_id, third.flow_credit)
+    assert pair.server.reserved == 0
+
+
+def test_message_larger_than_the_budget_is_admitted_alone() -> None:
+    pair = Pair(GrpcSettings(stream_window_size=65_535, memory_budget=100_000))
+    sid = pair.client.start_request("/t.S/M", authority="h")
+    pair.client.send_message(sid, b"y" * 1_000_000)
+    pair.exchange()
+    (message,) = pair.take(pair.server_events, ev.MessageReceived)
+    assert len(message.data) == 1_000_000
+    pair.server.reset_stream(sid)
+    assert pair.server.reserved == 0
+
+
+def test_waiting_streams_cannot_starve_the_admitted_one() -> None:
+    # Five streams' first windows would fill the connection window; the admitted message
+    # must still complete, so the streams that came last give way.
+    settings = GrpcSettings(
+        stream_window_size=65_535, connection_window_size=262_144, memory_budget=100_000
+    )
+    pair = Pair(settings)
+    sids = [pair.client.start_request("/t.S/M", authority="h") for _ in range(5)]
+    for sid in sids:
+        pair.client.send_message(sid, b"w" * 500_000)
+    pair.exchange()
+    (done,) = pair.take(pair.server_events, ev.MessageReceived)
+    assert done.stream_id == sids[0] and len(done.data) == 500_000
+    failed = pair.take(pair.server_events, ev.StreamFailed)
+    assert failed and all(f.status is StatusCode.RESOURCE_EXHAUSTED for f in failed)
+    assert sids[1] not in {f.stream_id for f in failed}

@@ -246,10 +246,19 @@ class GrpcChannel:
         driver = self._driver
         if driver.closed:
             raise GrpcError(StatusCode.UNAVAILABLE, "connection closed")
+        deadline = trio.current_time() + timeout if timeout is not None else math.inf
+        # The server's SETTINGS_MAX_CONCURRENT_STREAMS: wait for a slot, as grpc-go does.
+        while not driver.conn.stream_slot_free and not driver.closed:
+            if trio.current_time() >= deadline:
+                raise GrpcError(StatusCode.DEADLINE_EXCEEDED, "no stream free before the deadline")
+            # Streams close after their calls are removed, hence the bounded wait.
+            with trio.move_on_at(min(deadline, trio.current_time() + 0.05)):
+                await driver.calls_changed.wait()
+        if driver.closed:
+            raise GrpcError(StatusCode.UNAVAILABLE, "connection closed")
         stream_id = driver.conn.start_request(
             method, metadata, authority=self.authority, scheme=self.scheme, timeout=timeout
         )
-        deadline = trio.current_time() + timeout if timeout is not None else math.inf
         call = ClientStream(self, stream_id, deadline)
         driver.add_call(call)
         driver.wake_writer()

@@ -12,9 +12,16 @@ Flow control, the part that makes a slow consumer slow down its peer:
   waiting per stream and one connection window overall. The reader task therefore never
   blocks on a full per-stream buffer (which would stall every other stream): the buffer is
   bounded by the window the peer must respect, and h2 fails a peer that overruns it.
-* Bytes of a message still being assembled are credited at once while the application has
+* Bytes of a message still being assembled are credited ahead while the application has
   nothing to read on that stream, otherwise a message larger than the window could never
-  complete; while complete messages wait unread, they are held back too.
+  complete; while complete messages wait unread, they are held back too. Crediting ahead
+  lets bytes in beyond the windows, so it is bounded per connection, as gRPC-core's
+  resource quota bounds a transport: a message must first reserve its whole size against
+  ``memory_budget``, and the reservation is released when the application consumes it. A
+  message that does not fit waits, its bytes uncredited, until one does; a message alone
+  on its connection is always admitted, so any message up to the size limit completes and
+  admitted messages never wait on each other. Buffered request bytes are thus at most
+  ``max(memory_budget, max_receive_message_size)`` plus the connection window.
 * Outbound messages are queued per stream and written as far as the peer's windows allow;
   the rest follows on WINDOW_UPDATE. ``outbound_pending`` tells the Trio side when a send
   has fully left, which is what makes a sender block on an exhausted window.
@@ -66,12 +73,16 @@ class GrpcSettings:
 
     max_send_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
     max_receive_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
-    max_concurrent_streams: int = 1024
+    # Go's net/http2 server allows 250 (its defaultMaxStreams); RFC 9113 §6.5.2
+    # recommends no fewer than 100.
+    max_concurrent_streams: int = 250
     # Large frames mean fewer h2 events per message, and per-frame cost dominates.
     max_frame_size: int = 1 << 20
     stream_window_size: int = 4 << 20
     connection_window_size: int = 32 << 20
     max_header_list_size: int = 64 << 10
+    # Request bytes credited ahead of the windows per connection (see the module doc).
+    memory_budget: int = 32 << 20
 
     def __post_init__(self) -> None:
         if not 16_384 <= self.max_frame_size <= 16_777_215:
@@ -80,6 +91,10 @@ class GrpcSettings:
             value = getattr(self, name)
             if not 1 <= value <= _MAX_WINDOW:
                 raise ValueError(f"{name} must be within 1 .. 2**31-1")
+        if self.memory_budget < 1:
+            raise ValueError("memory_budget must be positive")
+        if self.max_concurrent_streams < 1:
+            raise ValueError("max_concurrent_streams must be positive")
 
 
 class StreamGoneError(Exception):
@@ -90,11 +105,18 @@ class StreamGoneError(Exception):
 class _Inbound:
     decoder: MessageDecoder
     # Messages handed out in MessageReceived and not yet consumed, and the credit they hold.
-    waiting: int = 0
     held: int = 0
+    # Per waiting message, in order: the budget reservation it releases when consumed.
+    reservations: deque[int] = field(default_factory=deque)
     # Bytes of the incomplete message already credited back to the peer.
     acked_ahead: int = 0
+    # Budget reserved by the incomplete message (0 until it is admitted).
+    reserved: int = 0
     failed: bool = False
+
+    @property
+    def waiting(self) -> int:
+        return len(self.reservations)
 
 
 @dataclass(slots=True)
@@ -196,6 +218,11 @@ class GrpcConnection:
         # Bytes we wrote around h2 (the first GOAWAY of a graceful shutdown), in order.
         self._out = bytearray()
         self._sending: dict[int, None] = {}  # ordered set: streams with queued data
+        # Budget reserved by messages credited ahead, and the streams waiting to reserve.
+        self.reserved = 0
+        self._starved: dict[int, None] = {}  # ordered set, first come first admitted
+        self._replies_queued = 0
+        self.remote_settings_received = False
         self.goaway_sent_last_stream_id: int | None = None
         self.goaway_received: ev.GoAwayReceived | None = None
         self.closed = False
@@ -206,6 +233,7 @@ class GrpcConnection:
         """Process bytes read from the transport; return what happened, in order."""
         if self.closed:
             return []
+        queued = self._h2.queued_bytes
         try:
             h2_events = self._h2.receive_data(data)
         except h2.exceptions.ProtocolError as exc:
@@ -213,9 +241,13 @@ class GrpcConnection:
             logger.warning("HTTP/2 protocol error from peer: %s", exc)
             self.closed = True
             return [ev.ConnectionFailed(str(exc) or type(exc).__name__)]
+        # What h2 queued by itself while reading: ACKs, RST_STREAMs, its WINDOW_UPDATEs.
+        self._replies_queued += self._h2.queued_bytes - queued
         out: list[ev.Event] = []
         for event in h2_events:
             self._translate(event, out)
+        if self._starved:
+            self._relieve_starvation(out)
         self._pump()
         return out
 
@@ -227,6 +259,17 @@ class GrpcConnection:
             self._out.clear()
             return data
         return self._h2.data_to_send()
+
+    @property
+    def queued_bytes(self) -> int:
+        """Bytes ready to send and not yet taken by ``data_to_send``."""
+        return len(self._out) + self._h2.queued_bytes
+
+    def take_replies_queued(self) -> int:
+        """Bytes of frames h2 queued in reply to received ones (PING and SETTINGS ACKs,
+        RST_STREAM...) since the last call: the part of our output the peer controls."""
+        replies, self._replies_queued = self._replies_queued, 0
+        return replies
 
     def connection_lost(self) -> list[ev.Event]:
         """The transport is gone: every open stream counts as reset."""
@@ -379,22 +422,32 @@ class GrpcConnection:
             # The stream's credit was returned in full when it closed.
             return
         inbound = stream.inbound
-        inbound.waiting -= 1
+        released = inbound.reservations.popleft() if inbound.reservations else 0
         inbound.held -= flow_credit
         credit = flow_credit
         if inbound.waiting == 0:
             # Nothing left to read: let the message being assembled come in.
-            partial = inbound.decoder.buffered - inbound.acked_ahead
-            if partial > 0:
-                credit += partial
-                inbound.acked_ahead += partial
+            credit += self._credit_ahead(stream_id, inbound)
         if credit > 0:
             self._h2.acknowledge_received_data(credit, stream_id)
+        if released:
+            self._release(released)
+        elif self._starved and not self.closed:
+            self._h2.announce_connection_credit()
 
     def outbound_pending(self, stream_id: int) -> int:
         """Bytes queued on a stream and not yet handed to h2 (0 if the stream is gone)."""
         stream = self._streams.get(stream_id)
         return stream.outbound.pending if stream is not None else 0
+
+    @property
+    def stream_slot_free(self) -> bool:
+        """Client side: the peer's concurrent-stream limit allows one more call now."""
+        limit = self._h2.remote_settings.max_concurrent_streams
+        if not self.remote_settings_received:
+            # Before the peer's SETTINGS, assume the least RFC 9113 §6.5.2 recommends.
+            limit = 100
+        return self._h2.open_outbound_streams < limit
 
     def is_open(self, stream_id: int) -> bool:
         return stream_id in self._streams
@@ -450,10 +503,88 @@ class GrpcConnection:
         self._sending.pop(stream_id, None)
         if stream is None:
             return
-        credit = stream.inbound.held + stream.inbound.decoder.buffered - stream.inbound.acked_ahead
+        self._starved.pop(stream_id, None)
+        inbound = stream.inbound
+        credit = inbound.held + inbound.decoder.buffered - inbound.acked_ahead
         if credit > 0 and not self.closed:
             # Only the connection window matters now; h2 ignores the closed stream's.
             self._h2.acknowledge_received_data(credit, stream_id)
+        released = inbound.reserved + sum(inbound.reservations)
+        inbound.reserved = 0
+        inbound.reservations.clear()
+        if released:
+            self._release(released)
+
+    def _credit_ahead(self, stream_id: int, inbound: _Inbound) -> int:
+        """Credit the uncredited bytes of the message being assembled if its reservation
+        fits the budget (see the module doc); returns the credit to give, else 0."""
+        partial = inbound.decoder.buffered - inbound.acked_ahead
+        if partial <= 0:
+            return 0
+        size = inbound.decoder.expected_size
+        if size is not None and not inbound.reserved:
+            if self.reserved and self.reserved + size > self.settings.memory_budget:
+                self._starved[stream_id] = None
+                return 0
+            inbound.reserved = size
+            self.reserved += size
+        self._starved.pop(stream_id, None)
+        inbound.acked_ahead += partial
+        return partial
+
+    def _relieve_starvation(self, out: list[ev.Event]) -> None:
+        """Keep the connection window usable for admitted messages.
+
+        Bytes of streams waiting for budget hold connection window; if they hold nearly
+        all of it, admitted messages could never complete and the connection would stall
+        for good. The streams that came last fail with RESOURCE_EXHAUSTED (their call ends,
+        the client may retry) until a frame's worth of window is free again.
+        """
+        window = self.settings.connection_window_size
+        limit = window - min(self.settings.max_frame_size, window // 4)
+        held = {
+            sid: stream.inbound.decoder.buffered - stream.inbound.acked_ahead
+            for sid in self._starved
+            if (stream := self._streams.get(sid)) is not None
+        }
+        total = sum(held.values())
+        for sid in reversed(list(held)):
+            if total <= limit:
+                break
+            stream = self._streams[sid]
+            partial = held[sid]
+            total -= partial
+            self._starved.pop(sid)
+            stream.inbound.failed = True
+            stream.inbound.acked_ahead += partial
+            if partial > 0:
+                self._h2.acknowledge_received_data(partial, sid)
+            out.append(
+                ev.StreamFailed(
+                    sid, StatusCode.RESOURCE_EXHAUSTED, "connection memory budget exhausted"
+                )
+            )
+        # Credit given while the window was not yet empty must reach the peer now.
+        self._h2.announce_connection_credit()
+
+    def _release(self, amount: int) -> None:
+        """Give back budget and admit the streams that were waiting for it, in order."""
+        self.reserved -= amount
+        if not self._starved:
+            return
+        for stream_id in list(self._starved):
+            stream = self._streams.get(stream_id)
+            if stream is None or stream.inbound.waiting or stream.inbound.failed:
+                # Its partial is credited when its waiting messages are consumed.
+                self._starved.pop(stream_id, None)
+                continue
+            credit = self._credit_ahead(stream_id, stream.inbound)
+            if stream_id in self._starved:
+                break
+            if credit > 0 and not self.closed:
+                self._h2.acknowledge_received_data(credit, stream_id)
+        if not self.closed:
+            self._h2.announce_connection_credit()
 
     def _maybe_finished(self, stream_id: int, stream: _Stream) -> None:
         if stream.local_ended and stream.remote_ended:
@@ -522,6 +653,7 @@ class GrpcConnection:
         elif isinstance(event, h2.events.WindowUpdated):
             out.append(ev.WindowUpdated(event.stream_id or 0))
         elif isinstance(event, h2.events.RemoteSettingsChanged):
+            self.remote_settings_received = True
             if SettingCodes.INITIAL_WINDOW_SIZE in event.changed_settings:
                 out.append(ev.WindowUpdated(0))
         elif isinstance(event, h2.events.PingReceived):
@@ -628,14 +760,14 @@ class GrpcConnection:
         for message in messages:
             credit = len(message) + 5 - inbound.acked_ahead
             inbound.acked_ahead = 0
-            inbound.waiting += 1
+            inbound.reservations.append(inbound.reserved)
+            inbound.reserved = 0
             inbound.held += credit
             out.append(ev.MessageReceived(sid, message, credit))
         if inbound.waiting == 0:
-            partial = inbound.decoder.buffered - inbound.acked_ahead
-            if partial > 0:
-                credit_now += partial
-                inbound.acked_ahead += partial
+            credit_now += self._credit_ahead(sid, inbound)
+        else:
+            self._starved.pop(sid, None)
         if credit_now > 0:
             self._h2.acknowledge_received_data(credit_now, sid)
 

@@ -26,6 +26,19 @@ logger = logging.getLogger("vdl.net.grpc")
 # Bytes handed to h2 per receive_data call, plaintext or TLS: our TLS stream returns all
 # the records one socket read brought, so both transports batch the same way.
 READ_SIZE = 256 * 1024
+# Outgoing bytes a peer can make us queue (serialised, not yet accepted by the transport)
+# before we wait for it to read them:
+# * replies HTTP/2 itself owes the peer (PING and SETTINGS ACKs, RST_STREAM, ...) stop
+#   our reading from it, as grpc-go's control-buffer throttle and Go net/http2's cap on
+#   queued control frames do, so a peer that sends PINGs and never reads cannot make us
+#   queue ACKs without bound. Only those count here, never our DATA: two peers that each
+#   stopped reading because of their own unsent DATA would wait for each other forever.
+# * handlers' messages wait while the whole queue is over it: flow control bounds DATA
+#   by the peer's windows, but the peer chooses those too.
+MAX_QUEUED_OUTGOING = 1 << 20
+# A peer that has not read any of it for this long is taken to be gone and disconnected.
+WRITE_STALL_TIMEOUT = 30.0
+_SEND_PIECE = 256 * 1024
 
 
 @contextmanager
@@ -98,10 +111,14 @@ class CallIO:
             await self.changed.wait()
         if self.is_reset:
             raise GrpcError(StatusCode.CANCELLED, "stream reset while sending")
+        await self.driver.wait_drained()
 
 
 class ConnectionDriver:
     """Reader and writer tasks for one connection, with event dispatch to :class:`CallIO`."""
+
+    #: Who is at the other end, for log lines.
+    peer = "to the server"
 
     def __init__(self, transport: trio.abc.Stream, conn: GrpcConnection, *, read_size: int) -> None:
         self.transport = transport
@@ -114,6 +131,13 @@ class ConnectionDriver:
         self._pings: dict[bytes, trio.Event] = {}
         self._ping_counter = 0
         self.closed = False
+        # Bytes taken from the core and not yet accepted by the transport.
+        self._in_flight = 0
+        self._drained = Signal()
+        # Upper bound of the queued bytes that are HTTP/2's own replies to the peer.
+        self._replies_queued = 0
+        #: Trio time of the last bytes read (for idle timeouts).
+        self.last_activity = trio.current_time()
 
     # ------------------------------------------------------------------ writing
 
@@ -125,10 +149,57 @@ class ConnectionDriver:
         async with self._send_lock:
             data = self.conn.data_to_send()
             if data and not self.closed:
+                self._in_flight = len(data)
+                view = memoryview(data)
                 try:
-                    await self.transport.send_all(data)
+                    # In pieces, so that a slow reader is seen making progress.
+                    for start in range(0, len(view), _SEND_PIECE):
+                        piece = view[start : start + _SEND_PIECE]
+                        await self.transport.send_all(piece)
+                        self._in_flight -= len(piece)
+                        self._replies_queued = min(self._replies_queued, self.queued_outgoing)
+                        self._drained.fire()
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     self._lost("write failed")
+                finally:
+                    self._in_flight = 0
+                    self._replies_queued = min(self._replies_queued, self.queued_outgoing)
+                    self._drained.fire()
+
+    @property
+    def queued_outgoing(self) -> int:
+        """Outgoing bytes serialised and not yet accepted by the transport."""
+        return self._in_flight + self.conn.queued_bytes
+
+    async def wait_drained(self, *, replies_only: bool = False) -> None:
+        """Wait while more than ``MAX_QUEUED_OUTGOING`` bytes (with ``replies_only``, of
+        HTTP/2's own replies) wait for the peer to read.
+
+        If the peer reads none of them for ``WRITE_STALL_TIMEOUT`` the connection is
+        dropped (one log line) and this returns.
+        """
+
+        def over() -> bool:
+            queued = self._replies_queued if replies_only else self.queued_outgoing
+            return not self.closed and queued > MAX_QUEUED_OUTGOING
+
+        if not over():
+            return
+        with trio.move_on_after(WRITE_STALL_TIMEOUT) as stall:
+            while over():
+                self.wake_writer()
+                await self._drained.wait()
+                if over():
+                    # Some went out: the peer reads, only slowly; give it time again.
+                    stall.deadline = trio.current_time() + WRITE_STALL_TIMEOUT
+        if stall.cancelled_caught and not self.closed:
+            logger.warning(
+                "closing connection %s: peer read none of %d queued bytes in %.0f s",
+                self.peer,
+                self.queued_outgoing,
+                WRITE_STALL_TIMEOUT,
+            )
+            self._lost("peer stopped reading")
 
     async def writer(self) -> None:
         while not self.closed:
@@ -148,11 +219,15 @@ class ConnectionDriver:
             if not data:
                 self._lost("connection closed by peer")
                 return
+            self.last_activity = trio.current_time()
             for event in self.conn.receive_data(data):
                 self.handle_event(event)
+            self._replies_queued += self.conn.take_replies_queued()
             self.wake_writer()
             if self.conn.closed and not self.conn.open_stream_count:
                 return
+            # Read no more from a peer that does not read what we owe it.
+            await self.wait_drained(replies_only=True)
 
     def handle_event(self, event: ev.Event) -> None:
         """Dispatch one core event; subclasses extend it for side-specific events."""

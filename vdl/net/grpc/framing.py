@@ -51,6 +51,11 @@ class MessageDecoder:
         """Bytes held for the incomplete message (prefix included)."""
         return len(self._buffer) + (MESSAGE_PREFIX_SIZE if self._expected is not None else 0)
 
+    @property
+    def expected_size(self) -> int | None:
+        """Size (prefix included) of the message being assembled, once its prefix is in."""
+        return None if self._expected is None else self._expected + MESSAGE_PREFIX_SIZE
+
     def feed(self, data: bytes | memoryview) -> list[bytes]:
         """Add received bytes; return the messages they complete, in order."""
         messages: list[bytes] = []

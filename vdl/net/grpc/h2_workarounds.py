@@ -1,4 +1,4 @@
-"""The three places where we deliberately step around h2 4.x behaviour.
+"""The four places where we deliberately step around h2 4.x behaviour.
 
 Tested with h2 4.4.1 / hpack 4.2.0 / hyperframe 6.1.0. ``tests/unit/grpc/test_h2_workarounds.py``
 pins those versions and the stream limit, ``test_grpc_connection.py`` the other two, so an h2
@@ -32,6 +32,13 @@ upgrade that changes them fails loudly instead of silently slowing or breaking u
    :class:`DrainableH2Connection` answers exactly that stream with RST_STREAM
    (REFUSED_STREAM). Its header block is still decoded, because the HPACK table is shared
    by the whole connection and skipping a block would corrupt every later one.
+
+4. **Connection credit held back.** h2's ``WindowManager`` announces acknowledged bytes
+   only once they reach half the window, or when the window is exactly empty at the time
+   of an acknowledgement. When some streams' bytes are deliberately left unacknowledged
+   (the memory budget in ``connection.py``), the window can run dry after the last
+   acknowledgement, and the credit already given would never be announced: every stream
+   of the connection would stall. ``announce_connection_credit`` sends it now.
 """
 
 from __future__ import annotations
@@ -43,7 +50,14 @@ from h2.errors import ErrorCodes
 from h2.events import ConnectionTerminated
 from h2.exceptions import ProtocolError, StreamIDTooLowError, TooManyStreamsError
 from h2.stream import StreamClosedBy
-from hyperframe.frame import DataFrame, Frame, GoAwayFrame, HeadersFrame, RstStreamFrame
+from hyperframe.frame import (
+    DataFrame,
+    Frame,
+    GoAwayFrame,
+    HeadersFrame,
+    RstStreamFrame,
+    WindowUpdateFrame,
+)
 
 
 def _data_frame_body_repr(self: DataFrame) -> str:
@@ -81,6 +95,24 @@ class DrainableH2Connection(H2Connection):
         refuse = RstStreamFrame(stream_id)
         refuse.error_code = ErrorCodes.REFUSED_STREAM
         return [refuse], []
+
+    def announce_connection_credit(self) -> None:
+        """Send a connection WINDOW_UPDATE for every acknowledged byte not yet announced."""
+        manager = self._inbound_flow_control_window_manager
+        pending = manager._bytes_processed
+        increment = min(pending, manager.max_window_size - manager.current_window_size)
+        if increment <= 0:
+            return
+        manager._bytes_processed = 0
+        manager.current_window_size += increment
+        frame = WindowUpdateFrame(0)
+        frame.window_increment = increment
+        self._prepare_for_sending([frame])
+
+    @property
+    def queued_bytes(self) -> int:
+        """Bytes serialised and waiting for ``data_to_send`` (h2 has no public accessor)."""
+        return len(self._data_to_send)
 
     def _receive_goaway_frame(self, frame: GoAwayFrame) -> tuple[list[Frame], list[Any]]:
         if frame.error_code != ErrorCodes.NO_ERROR:

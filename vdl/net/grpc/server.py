@@ -94,12 +94,16 @@ class ServerStream:
 
 UnaryHandler = Callable[[bytes, ServerContext], Awaitable[bytes]]
 StreamHandler = Callable[[ServerStream, ServerContext], Awaitable[None]]
+# Runs on the request headers, before any of the body is read: returns a response to send
+# at once (the call then ends OK without reading its request), or None to go on.
+Precheck = Callable[[ServerContext], bytes | None]
 
 
 @dataclass(frozen=True, slots=True)
 class _Method:
     kind: Literal["unary", "stream"]
     handler: UnaryHandler | StreamHandler
+    precheck: Precheck | None = None
 
 
 class _ServerCall(CallIO):
@@ -145,12 +149,33 @@ class _ServerConnection(ConnectionDriver):
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self.writer)
+                if self.server.idle_timeout is not None:
+                    nursery.start_soon(self._close_when_idle, self.server.idle_timeout)
                 await self.flush()  # our SETTINGS first: the client waits for them
                 await self.reader()
                 # The peer is gone or broke the protocol: nothing left to answer to.
                 nursery.cancel_scope.cancel()
         finally:
             await self.close_transport()
+
+    async def _close_when_idle(self, idle: float) -> None:
+        """GOAWAY and close once no call has been open and no frame has arrived for
+        ``idle`` seconds (grpc-go's MaxConnectionIdle, which counts calls only)."""
+        while True:
+            deadline = self.last_activity + idle
+            if self.calls or self.conn.open_stream_count:
+                deadline = max(deadline, trio.current_time() + idle)
+            elif trio.current_time() >= deadline:
+                break
+            with trio.move_on_at(deadline):
+                await self.calls_changed.wait()
+                # A call ended: the idle time counts from now.
+                self.last_activity = max(self.last_activity, trio.current_time())
+        logger.info("closing gRPC connection from %s: idle for %.0f s", self.peer, idle)
+        self.conn.close(message="idle")
+        await self.close_transport()
+        assert self._nursery is not None
+        self._nursery.cancel_scope.cancel()
 
     def handle_event(self, event: ev.Event) -> None:
         if isinstance(event, ev.RequestReceived):
@@ -179,6 +204,19 @@ class _ServerConnection(ConnectionDriver):
         context = ServerContext(
             request.method, request.metadata, self.peer, request.authority, deadline
         )
+        if method.precheck is not None:
+            try:
+                early = method.precheck(context)
+            except Exception as exc:
+                logger.exception("precheck for %s failed", context.method)
+                self.conn.send_trailers(request.stream_id, StatusCode.INTERNAL, str(exc))
+                return
+            if early is not None:
+                # The response leaves now; the body the client is still sending is refused
+                # with RST_STREAM(NO_ERROR) and never buffered (RFC 9113 §8.1).
+                self.conn.send_message(request.stream_id, early)
+                self.conn.send_trailers(request.stream_id, StatusCode.OK)
+                return
         call = _ServerCall(self, request.stream_id, context)
         self.add_call(call)
         assert self._nursery is not None
@@ -264,10 +302,16 @@ class GrpcServer:
         settings: GrpcSettings | None = None,
         *,
         ssl_context: ssl.SSLContext | None = None,
+        idle_timeout: float | None = None,
+        handshake_timeout: float = _TLS_HANDSHAKE_TIMEOUT,
     ) -> None:
         self.settings = settings or GrpcSettings()
         #: With a context, connections are TLS with ALPN h2; without, h2 prior knowledge.
         self.ssl_context = ssl_context
+        #: Seconds without calls or frames after which a connection is closed (None: never).
+        self.idle_timeout = idle_timeout
+        #: Seconds a client has to finish its TLS handshake before it is disconnected.
+        self.handshake_timeout = handshake_timeout
         self.methods: dict[str, _Method] = {}
         self._connections: set[_ServerConnection] = set()
         self._accept_scope: trio.CancelScope | None = None
@@ -275,9 +319,15 @@ class GrpcServer:
         self._stopped = trio.Event()
         self.listeners: list[trio.SocketListener] = []
 
-    def add_unary(self, path: str, handler: UnaryHandler) -> None:
-        """Register ``async def handler(request: bytes, context) -> bytes``."""
-        self._add(path, _Method("unary", handler))
+    def add_unary(
+        self, path: str, handler: UnaryHandler, *, precheck: Precheck | None = None
+    ) -> None:
+        """Register ``async def handler(request: bytes, context) -> bytes``.
+
+        ``precheck`` (e.g. an authentication check) sees the call's metadata before its
+        request is received and may answer the call instead of the handler.
+        """
+        self._add(path, _Method("unary", handler, precheck))
 
     def add_stream(self, path: str, handler: StreamHandler) -> None:
         """Register a bidi-streaming ``async def handler(stream, context) -> None``."""
@@ -350,7 +400,7 @@ class GrpcServer:
         transport: trio.abc.Stream = stream
         if self.ssl_context is not None:
             tls = TlsStream(stream, self.ssl_context, server_side=True)
-            with trio.move_on_after(_TLS_HANDSHAKE_TIMEOUT) as handshake:
+            with trio.move_on_after(self.handshake_timeout) as handshake:
                 try:
                     await tls.do_handshake()
                 except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:

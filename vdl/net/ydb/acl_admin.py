@@ -21,7 +21,7 @@ from google.protobuf.json_format import MessageToDict
 from vdl.net.grpc import GrpcServer, ServerContext
 from vdl.net.ydb.auth import Authenticator, ticket
 from vdl.net.ydb.cluster import YdbCluster
-from vdl.net.ydb.operation import StatusIds, YdbError, unary
+from vdl.net.ydb.operation import StatusIds, YdbError, add_unary
 from vdl.net.ydb.protos import ydb_topic_pb2
 from vdl.security.acl import CLUSTER_NAME, AclEntry, AclError, Operation, ResourceType
 from vdl.security.acl_store import AclStore
@@ -105,7 +105,7 @@ def register(
         ("RemoveAcl", admin.remove),
         ("ListAcls", admin.list),
     ):
-        server.add_unary(SERVICE + method, unary(struct_pb2.Struct, ENVELOPE, handler, authorize))
+        add_unary(server, SERVICE + method, struct_pb2.Struct, ENVELOPE, handler, authorize)
 
 
 def _result(value: dict[str, Any]) -> Any:

@@ -19,8 +19,9 @@ from google.protobuf.message import Message
 from vdl.broker.topics import TopicError
 from vdl.log.error_codes import ErrorCode
 from vdl.log.stream import StreamError
-from vdl.net.grpc import ServerContext
+from vdl.net.grpc import GrpcServer, ServerContext
 from vdl.net.grpc.protobuf import decode, encode
+from vdl.net.grpc.server import Precheck
 from vdl.net.ydb.protos import ydb_issue_message_pb2, ydb_operation_pb2, ydb_status_codes_pb2
 
 log = logging.getLogger(__name__)
@@ -159,6 +160,39 @@ def unary(
         return encode(response)
 
     return wrapped
+
+
+def refuse_early(response_type: type[Message], authorize: Authorize) -> Precheck:
+    """A precheck for :meth:`GrpcServer.add_unary`: the token is checked from the request
+    headers, so a caller without a valid one gets its UNAUTHORIZED envelope before any of
+    its request body is received (the handler checks again, for a token expiring between)."""
+
+    def check(context: ServerContext) -> bytes | None:
+        try:
+            authorize(context)
+        except YdbError as exc:
+            response = response_type()
+            response.operation.CopyFrom(operation(exc.status, exc.issues()))
+            return encode(response)
+        return None
+
+    return check
+
+
+def add_unary(
+    server: GrpcServer,
+    path: str,
+    request_type: type[RequestT],
+    response_type: type[Message],
+    handler: UnaryYdbHandler[RequestT],
+    authorize: Authorize | None,
+) -> None:
+    """Register a YDB unary method (see :func:`unary`), its token checked from the headers."""
+    server.add_unary(
+        path,
+        unary(request_type, response_type, handler, authorize),
+        precheck=None if authorize is None else refuse_early(response_type, authorize),
+    )
 
 
 def leaf_error(exc: BaseException) -> BaseException:

@@ -22,7 +22,7 @@ from vdl.net.ydb.auth import TOKEN_LIFETIME_MS, Authenticator, TokenSigner, User
 from vdl.net.ydb.cluster import YdbCluster
 from vdl.net.ydb.discovery import DiscoveryService, Endpoint
 from vdl.net.ydb.offsets import ConsumerOffsets
-from vdl.net.ydb.operation import unary
+from vdl.net.ydb.operation import add_unary
 from vdl.net.ydb.protos import (
     ydb_auth_pb2,
     ydb_auth_v1_pb2,
@@ -114,9 +114,13 @@ class YdbFrontEnd:
             *,
             auth: bool = True,
         ) -> None:
-            server.add_unary(
+            add_unary(
+                server,
                 method_path(module, service, method),
-                unary(request, response, handler, authorize if auth else None),
+                request,
+                response,
+                handler,
+                authorize if auth else None,
             )
 
         add(

@@ -24,7 +24,7 @@ from vdl.net.grpc import GrpcServer, ServerContext
 from vdl.net.ydb.acl_admin import ENVELOPE
 from vdl.net.ydb.auth import Authenticator, ticket
 from vdl.net.ydb.cluster import YdbCluster
-from vdl.net.ydb.operation import StatusIds, YdbError, unary
+from vdl.net.ydb.operation import StatusIds, YdbError, add_unary
 from vdl.security.acl import CLUSTER_NAME, Operation, ResourceType
 from vdl.security.user_table import UserTable, decode_user
 from vdl.security.users import User, UsersFileError, UserStore, check_user_name
@@ -114,7 +114,7 @@ def register(server: GrpcServer, auth: Authenticator, cluster: YdbCluster | None
         ("RemoveUser", admin.remove),
         ("ListUsers", admin.list),
     ):
-        server.add_unary(SERVICE + method, unary(struct_pb2.Struct, ENVELOPE, handler, authorize))
+        add_unary(server, SERVICE + method, struct_pb2.Struct, ENVELOPE, handler, authorize)
 
 
 def _result(value: dict[str, Any]) -> Any:
