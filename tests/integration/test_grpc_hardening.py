@@ -18,10 +18,11 @@ import h2.events
 import pytest
 import trio
 import ydb
-from hyperframe.frame import Frame, GoAwayFrame, PingFrame, SettingsFrame
+from hyperframe.frame import GoAwayFrame, PingFrame, SettingsFrame
 
 from tests.integration.node_process import NodeProcess
 from tests.integration.security_support import PASSWORDS, add_users, write_tls_files
+from tests.unit.grpc.h2_frames import PREFACE, frames_in
 from vdl.net.ydb.protos import ydb_topic_pb2
 
 DATABASE = "/local"
@@ -194,9 +195,6 @@ async def test_unary_call_without_token_is_refused_before_its_body(
     await trio.to_thread.run_sync(sdk_served, auth_node, "alice")
 
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-
-
 def flood_pings(node: NodeProcess, count: int) -> int:
     """Send up to ``count`` PINGs and read nothing; returns how many the node took before
     it stopped reading (or all of them)."""
@@ -223,17 +221,6 @@ async def test_peer_that_never_reads_cannot_queue_replies(node: NodeProcess) -> 
     print(f"sent {sent} PINGs, node RSS grew {grown // MIB} MiB")
     assert grown < 16 * MIB, grown
     await trio.to_thread.run_sync(sdk_served, node)
-
-
-def frames_in(data: bytes) -> list[Frame]:
-    frames = []
-    view = memoryview(data)
-    while len(view) >= 9:
-        frame, length = Frame.parse_frame_header(view[:9])
-        frame.parse_body(view[9 : 9 + length])
-        frames.append(frame)
-        view = view[9 + length :]
-    return frames
 
 
 async def _closed_by_node(stream: trio.abc.Stream) -> bytes:

@@ -8,24 +8,12 @@ import logging
 import pytest
 import trio
 import trio.testing
-from hyperframe.frame import Frame, GoAwayFrame, PingFrame, SettingsFrame
+from hyperframe.frame import GoAwayFrame, PingFrame, SettingsFrame
 
 from tests.unit.grpc.grpc_handlers import make_server
+from tests.unit.grpc.h2_frames import PREFACE, frames_in
 from vdl.net.grpc import GrpcSettings, open_memory_channel
 from vdl.net.grpc.driver import MAX_QUEUED_OUTGOING, WRITE_STALL_TIMEOUT
-
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-
-
-def frames_in(data: bytes) -> list[Frame]:
-    frames = []
-    view = memoryview(data)
-    while len(view) >= 9:
-        frame, length = Frame.parse_frame_header(view[:9])
-        frame.parse_body(view[9 : 9 + length])
-        frames.append(frame)
-        view = view[9 + length :]
-    return frames
 
 
 async def test_peer_that_never_reads_is_throttled_then_dropped(
