@@ -137,6 +137,16 @@ class RaftTransport:
             task_status.started(self.port)
 
     async def _accept(self, tcp: trio.SocketStream) -> None:
+        try:
+            await self._serve_connection(tcp)
+        except Exception:
+            # Whatever one connection's bytes make go wrong costs that connection, never
+            # the listener and with it the node (as on the Kafka listener).
+            log.exception("raft connection from %s failed", _remote_address(tcp))
+            with trio.CancelScope(shield=True):
+                await tcp.aclose()
+
+    async def _serve_connection(self, tcp: trio.SocketStream) -> None:
         stream: trio.abc.Stream = tcp
         snapshot_request: bytes | None = None
         try:
@@ -227,6 +237,14 @@ async def send_admin_command(
         await stream.send_all(encode_hello(ADMIN_NODE) + encode_forward(command))
     finally:
         await stream.aclose()
+
+
+def _remote_address(stream: trio.SocketStream) -> str:
+    try:
+        host, port = stream.socket.getpeername()[:2]
+    except OSError:
+        return "a closed connection"
+    return f"{host}:{port}"
 
 
 async def _receive_exactly(stream: trio.abc.Stream, n: int) -> bytes:
