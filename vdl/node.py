@@ -118,6 +118,13 @@ class Node:
         except (UsersFileError, TlsConfigError) as exc:
             log.error("%s", exc)
             raise SystemExit(2) from None
+        if config.peers and self._raft_tls is None and not config.raft_insecure:
+            log.warning(
+                "the raft port %s has no TLS (raft-tls-cert): anyone who can reach it can "
+                "read the cluster's metadata log and send admin commands (add or remove "
+                "nodes, move replicas); give raft TLS, or raft-insecure to accept this",
+                config.raft_address(),
+            )
         if self._users is not None and (legacy := self._users.legacy_users()):
             log.warning(
                 "users file %s stores plain-text passwords for %s; rewrite them with "

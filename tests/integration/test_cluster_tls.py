@@ -14,43 +14,16 @@ from pathlib import Path
 
 import pytest
 import trio
-import trustme
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.integration.acked_producer import NumberedProducer
 from tests.integration.cluster_support import Cluster
+from tests.integration.security_support import Pki
 from vdl.consensus.frames import encode_hello
 from vdl.consensus.peer_tls import PeerTls, node_name, open_raft_stream
 
 TOPIC = "tls-replicated"
-
-
-class Pki:
-    def __init__(self, directory: Path) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        self.directory = directory
-        self.ca = trustme.CA()
-        self.ca_file = directory / "raft-ca.pem"
-        self.ca.cert_pem.write_to_path(str(self.ca_file))
-
-    def files(self, name: str, identity: str) -> tuple[Path, Path]:
-        cert = self.ca.issue_cert(identity)
-        cert_file, key_file = self.directory / f"{name}.pem", self.directory / f"{name}.key"
-        cert.cert_chain_pems[0].write_to_path(str(cert_file))
-        cert.private_key_pem.write_to_path(str(key_file))
-        return cert_file, key_file
-
-    def node_args(self, node_id: int) -> list[str]:
-        cert, key = self.files(f"node{node_id}", node_name(node_id))
-        return [
-            "--raft-tls-cert",
-            str(cert),
-            "--raft-tls-key",
-            str(key),
-            "--raft-tls-ca",
-            str(self.ca_file),
-        ]
 
 
 @pytest.fixture

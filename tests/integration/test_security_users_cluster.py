@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient
 
 from tests.integration.cluster_support import Cluster
 from tests.integration.node_process import NodeProcess
-from tests.integration.security_support import PASSWORDS, add_users, until_ok
+from tests.integration.security_support import PASSWORDS, Pki, add_users, until_ok
 
 TIMEOUT = 60
 NEW_USER, NEW_PASSWORD = "dave", "dave-Pw-7c2n"
@@ -41,6 +41,8 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         # The refusals this test waits for must not throttle the admin's logins.
         "--login-max-failures",
         "1000",
+        # Users on a cluster need raft TLS (the node refuses to start without it).
+        node_args=Pki(tmp_path / "pki").node_args,
     )
     try:
         c.start()
