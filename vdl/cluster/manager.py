@@ -266,10 +266,20 @@ class ClusterManager:
 
     # ---- membership --------------------------------------------------------------------
 
-    def _on_admin(self, raw: bytes) -> None:
-        """A command from an admin client: propose it if we lead group 0, else pass it on."""
+    def _on_admin(self, raw: bytes, joining: frozenset[int] | None) -> None:
+        """A command from an admin client: propose it if we lead group 0, else pass it on.
+        With `joining` (a node's certificate, not an operator's) only that node's own
+        request to be added is taken."""
         command = _peer_command(raw)
         if command is None or command["op"] not in ADMIN_OPS or self._nursery is None:
+            return
+        if not admin_allowed(command, joining):
+            log.warning(
+                "refusing admin command %s from a certificate for node(s) %s: only an "
+                "operator's certificate may send it",
+                command["op"],
+                ", ".join(str(n) for n in sorted(joining or ())),
+            )
             return
         log.info("admin command %s", command)
         if self._driver0.is_leader:
@@ -559,3 +569,18 @@ def _peer_command(raw: bytes) -> Command | None:
         log.warning("ignoring a forwarded command without a string op")
         return None
     return command
+
+
+def admin_allowed(command: Command, joining: frozenset[int] | None) -> bool:
+    """Whether an admin `command` may be taken from its sender: anything from an operator
+    (`joining` None), and from a node's certificate only its own `add_node` (a node
+    started with --join asks the members to add it)."""
+    if joining is None:
+        return True
+    node = command.get("node")
+    return (
+        command["op"] == "add_node"
+        and isinstance(node, int)
+        and not isinstance(node, bool)
+        and node in joining
+    )
