@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient
 
 from tests.integration.acked_producer import NumberedProducer
 from tests.integration.cluster_support import Cluster, partition_seen_by
+from tests.integration.node_process import NodeProcess, free_port
 from tests.integration.security_support import Pki
 from vdl.consensus.frames import encode_hello
 from vdl.consensus.peer_tls import PeerTls, node_name, open_raft_stream
@@ -280,3 +281,24 @@ def test_the_raft_port_authorizes_by_role(cluster: Cluster, pki: Pki) -> None:
         producer.produce(TOPIC, value=b"after-%d" % i)
     assert producer.flush(30) == 0
     assert all(n.alive() for n in cluster.nodes.values())
+
+
+def test_a_node_joins_with_its_own_certificate(cluster: Cluster, pki: Pki, tmp_path: Path) -> None:
+    # Its add_node for itself goes over the admin path with a node's certificate, the one
+    # admin command such a certificate may send.
+    _wait(lambda: _brokers(cluster.bootstrap) == {1, 2, 3}, "brokers never registered")
+    fourth = NodeProcess(
+        tmp_path / "node4",
+        "--node-id",
+        "4",
+        "--peers",
+        f"{cluster.peers},4=127.0.0.1:{free_port()}",
+        "--join",
+        "true",
+        "--raft-tick-ms",
+        "50",
+        *pki.node_args(4),
+    )
+    with fourth:
+        _wait(lambda: _brokers(cluster.bootstrap) == {1, 2, 3, 4}, "node 4 never joined")
+        assert "refusing admin command" not in "".join(n.log() for n in cluster.nodes.values())
