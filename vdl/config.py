@@ -117,6 +117,10 @@ class NodeConfig:
     # send admin commands. Allowed without users (with a warning at start, which this
     # silences, as CockroachDB's --insecure); never with users (README "Hardening").
     raft_insecure: bool = False
+    # The YDB token-signing secret from a file (the same on every node), as Kafka's
+    # delegation.token.secret.key: it then never enters group 0's log. None: the first
+    # leader of group 0 proposes a random one, which every raft-port reader can see.
+    token_secret_file: Path | None = None
     kafka_sasl_mechanisms: tuple[str, ...] = ()
     superusers: tuple[str, ...] = ()
     token_lifetime_ms: int = 12 * 3600 * 1000
@@ -217,6 +221,7 @@ def _convert(name: str, raw: Any) -> Any:
             "raft_tls_cert",
             "raft_tls_key",
             "raft_tls_ca",
+            "token_secret_file",
         ):
             return Path(raw)
         if name in ("kafka_sasl_mechanisms", "superusers"):
