@@ -595,6 +595,11 @@ class GroupDriver:
             log.warning("group %d: snapshot from node %d failed: %s", self.group_id, m.src, exc)
             await _discard(staging)
             return
+        except Exception:
+            # Whatever the leader's bytes make go wrong costs this pull, never the node.
+            log.exception("group %d: snapshot from node %d failed", self.group_id, m.src)
+            await _discard(staging)
+            return
         except BaseException:
             await _discard(staging)
             raise
