@@ -2,7 +2,7 @@
 takes a hello from nodes 1 and 2): seeded random and mutated connections, hellos and
 frames (`raft_fuzz.py`). No input may stop the node or reach the per-connection
 catch-all (every bad input is a refused connection), and afterwards the cluster still
-commits acks=all writes through Kafka.
+commits acks=all writes through Kafka and the fuzzed node is back in every ISR.
 
 The default suite sends a few thousand inputs; `-m slow` sends RAFT_FUZZ_INPUTS (default
 1,000,000) with RAFT_FUZZ_SEED (default 13).
@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.cluster_support import Cluster
+from tests.integration.cluster_support import Cluster, partition_seen_by
 from tests.integration.raft_fuzz import RaftFuzz, send_connection
 from tests.integration.test_raft_port import TOPIC, produce_through_kafka
 
@@ -54,6 +55,23 @@ def fuzz(cluster: Cluster, seed: int, inputs: int) -> None:
         caught = [line for line in node.log().splitlines() if CATCH_ALL.search(line)]
         assert not caught, caught[:5]
     produce_through_kafka(cluster)
+    # And the fuzzed node itself is back in step: in the ISR of each partition's leader.
+    for partition in (0, 1):
+        wait_in_sync(cluster, partition)
+
+
+def wait_in_sync(cluster: Cluster, partition: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            leader = cluster.wait_for_leader(TOPIC, partition)
+            isr = partition_seen_by(cluster.nodes[leader], TOPIC, partition)[3]
+            if TARGET in isr:
+                return
+        except (OSError, KeyError, AssertionError):
+            pass
+        assert time.monotonic() < deadline, f"node {TARGET} never back in sync on {partition}"
+        time.sleep(0.3)
 
 
 def test_a_short_fuzz_of_the_raft_port(cluster: Cluster) -> None:
