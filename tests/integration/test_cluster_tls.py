@@ -115,7 +115,7 @@ def test_the_raft_port_refuses_strangers_and_the_cluster_carries_on(
     assert done.returncode == 0, done.stderr  # best effort: it cannot tell it was ignored
     # The same with a certificate from another CA fails at its handshake.
     other = Pki(tmp_path / "other")
-    cert, key = other.files("ops", "ops.example")
+    cert, key = other.files("ops", "vdl-operator-ops")
     flags = ["--raft-tls-cert", str(cert), "--raft-tls-key", str(key)]
     done = _admin(cluster, *flags, "--raft-tls-ca", str(other.ca_file), "remove-node", "3")
     assert done.returncode == 1 and "TLS handshake" in done.stderr, done.stderr

@@ -162,7 +162,7 @@ class PeerTls:
             await tls.do_handshake()
         except trio.BrokenResourceError as exc:
             reason = f"TLS handshake failed: {exc.__cause__ or exc}"
-            self._refusals.warn(_remote(stream), "handshake", reason)
+            self._refusals.warn(remote_address(stream), "handshake", reason)
             raise
         return tls
 
@@ -197,7 +197,7 @@ class PeerTls:
         admin client that knows only an address). Raises ConnectionError (an OSError,
         which every dialer already handles as "cannot reach") and closes `stream`."""
         name = node_name(node_id) if node_id is not None else None
-        where = _remote(stream)
+        where = remote_address(stream)
         tls = trio.SSLStream(stream, self.client, server_hostname=name, https_compatible=True)
         try:
             with trio.move_on_after(HANDSHAKE_TIMEOUT_S) as timer:
@@ -290,10 +290,11 @@ def _describe(nodes: set[int]) -> str:
 
 
 def _where(stream: trio.abc.Stream) -> str:
-    return _remote(stream.transport_stream) if isinstance(stream, trio.SSLStream) else "?"
+    return remote_address(stream.transport_stream) if isinstance(stream, trio.SSLStream) else "?"
 
 
-def _remote(stream: trio.SocketStream) -> str:
+def remote_address(stream: trio.SocketStream) -> str:
+    """`host:port` of the other end of `stream`, for log lines."""
     try:
         host, port = stream.socket.getpeername()[:2]
     except OSError:

@@ -30,7 +30,13 @@ from vdl.consensus.frames import (
 )
 from vdl.consensus.messages import Message
 from vdl.consensus.peer_link import PeerLink
-from vdl.consensus.peer_tls import PeerTls, open_raft_stream, peer_is_operator, peer_nodes
+from vdl.consensus.peer_tls import (
+    PeerTls,
+    open_raft_stream,
+    peer_is_operator,
+    peer_nodes,
+    remote_address,
+)
 from vdl.consensus.router import GroupRouter
 from vdl.consensus.snapshot_transfer import (
     REQUEST,
@@ -143,7 +149,7 @@ class RaftTransport:
         except Exception:
             # Whatever one connection's bytes make go wrong costs that connection, never
             # the listener and with it the node (as on the Kafka listener).
-            log.exception("raft connection from %s failed", _remote_address(tcp))
+            log.exception("raft connection from %s failed", remote_address(tcp))
             with trio.CancelScope(shield=True):
                 await tcp.aclose()
 
@@ -251,14 +257,6 @@ async def send_admin_command(
         await stream.send_all(encode_hello(ADMIN_NODE) + encode_forward(command))
     finally:
         await stream.aclose()
-
-
-def _remote_address(stream: trio.SocketStream) -> str:
-    try:
-        host, port = stream.socket.getpeername()[:2]
-    except OSError:
-        return "a closed connection"
-    return f"{host}:{port}"
 
 
 async def _receive_exactly(stream: trio.abc.Stream, n: int) -> bytes:
