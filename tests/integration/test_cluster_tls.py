@@ -248,6 +248,10 @@ def test_the_raft_port_authorizes_by_role(cluster: Cluster, pki: Pki) -> None:
     assert trio.run(_pull_head, address, no_role, 0) == b""
     _wait(lambda: "a snapshot pull needs a current member's" in node1.log(), "no refusal")
     assert trio.run(_pull_head, address, node2, 0)[:1] == b"H"
+    # A certificate of the CA for a node that is not a member opens no link.
+    node9 = PeerTls.from_files(*pki.files("node9", node_name(9)), pki.ca_file)
+    assert trio.run(_claim, address, node9, 1, 9) == b""
+    _wait(lambda: "unknown or dialed node 9" in node1.log(), "no refusal of node 9")
     # Admin commands: not from a certificate without the operator's name, nor from a
     # member's (it may only ask to add itself).
     trio.run(_admin_as, address, no_role, {"op": "remove_node", "node": 3})
