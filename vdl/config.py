@@ -122,6 +122,14 @@ class NodeConfig:
     raft_tls_cert: Path | None = None
     raft_tls_key: Path | None = None
     raft_tls_ca: Path | None = None
+    # A cluster without raft TLS: whoever reaches a raft port can read the metadata log and
+    # send admin commands. Allowed without users (with a warning at start, which this
+    # silences, as CockroachDB's --insecure); never with users (README "Hardening").
+    raft_insecure: bool = False
+    # The YDB token-signing secret from a file (the same on every node), as Kafka's
+    # delegation.token.secret.key: it then never enters group 0's log. None: the first
+    # leader of group 0 proposes a random one, which every raft-port reader can see.
+    token_secret_file: Path | None = None
     kafka_sasl_mechanisms: tuple[str, ...] = ()
     superusers: tuple[str, ...] = ()
     token_lifetime_ms: int = 12 * 3600 * 1000
@@ -222,6 +230,7 @@ def _convert(name: str, raw: Any) -> Any:
             "raft_tls_cert",
             "raft_tls_key",
             "raft_tls_ca",
+            "token_secret_file",
         ):
             return Path(raw)
         if name in ("kafka_sasl_mechanisms", "superusers"):
@@ -249,7 +258,13 @@ def _convert(name: str, raw: Any) -> Any:
             if not _DC_NAME.match(text):
                 raise ConfigError("expected up to 64 characters of [A-Za-z0-9._-]")
             return text
-        if name in ("auto_create_topics", "join", "segment_preallocate", "leader_rebalance"):
+        if name in (
+            "auto_create_topics",
+            "join",
+            "segment_preallocate",
+            "leader_rebalance",
+            "raft_insecure",
+        ):
             if isinstance(raw, bool):
                 return raw
             lowered = str(raw).lower()
@@ -319,6 +334,16 @@ def load_config(argv: Sequence[str], environ: Mapping[str, str]) -> NodeConfig:
             raise ConfigError("raft-tls-cert, raft-tls-key and raft-tls-ca must be given together")
         if not config.peers:
             raise ConfigError("raft-tls-cert needs peers")
+        if config.raft_insecure:
+            raise ConfigError("raft-insecure contradicts raft-tls-cert: give one or the other")
+    elif config.peers and config.users is not None:
+        # Group 0's log holds the users, ACLs and token-signing key, and admin commands
+        # reach it through any raft port: with authentication on, that port must be too.
+        raise ConfigError(
+            "users on a cluster need raft TLS (raft-tls-cert, raft-tls-key, raft-tls-ca): "
+            "without it anyone who reaches a raft port can read the users and ACLs and "
+            "forge tokens; raft-insecure does not lift this"
+        )
     for name in (
         "grpc_connection_memory_bytes",
         "grpc_max_concurrent_streams",

@@ -31,7 +31,7 @@ from vdl.cluster.group_commands import ReplicatedGroups
 from vdl.cluster.manager import ClusterManager, ClusterSettings
 from vdl.cluster.memory_meta import MemoryMetaStore
 from vdl.cluster.offset_commands import ReplicatedOffsets
-from vdl.cluster.token_key_commands import ReplicatedTokenKey
+from vdl.cluster.token_key_commands import ReplicatedTokenKey, load_token_secret
 from vdl.cluster.user_commands import ReplicatedUsers
 from vdl.config import ConfigError, HostPort, NodeConfig, load_config
 from vdl.consensus.peer_tls import PeerTls
@@ -119,6 +119,13 @@ class Node:
             self._load_tls()
         except (UsersFileError, TlsConfigError) as exc:
             raise StartupError(str(exc)) from None
+        if config.peers and self._raft_tls is None and not config.raft_insecure:
+            log.warning(
+                "the raft port %s has no TLS (raft-tls-cert): anyone who can reach it can "
+                "read the cluster's metadata log and send admin commands (add or remove "
+                "nodes, move replicas); give raft TLS, or raft-insecure to accept this",
+                config.raft_address(),
+            )
         if self._users is not None and (legacy := self._users.legacy_users()):
             log.warning(
                 "users file %s stores plain-text passwords for %s; rewrite them with "
@@ -202,9 +209,11 @@ class Node:
                 # Group records likewise: the next coordinator loads them.
                 self._replicated_groups = ReplicatedGroups(self._cluster.metadata, meta)
                 self._replicated_groups.register(self._cluster.state)
-                # One YDB token secret for all nodes: a token works wherever discovery sends.
-                self._token_key = ReplicatedTokenKey(self._cluster.metadata, meta)
-                self._token_key.register(self._cluster.state)
+                # One YDB token secret for all nodes: a token works wherever discovery sends
+                # (agreed through group 0, unless every node reads it from a file).
+                if config.token_secret_file is None:
+                    self._token_key = ReplicatedTokenKey(self._cluster.metadata, meta)
+                    self._token_key.register(self._cluster.state)
                 # ACLs too: every node applies `vdl acl` changes made on any node. A node
                 # without users still records them, for when it gets a users file.
                 acls = self._security.acls or AclStore(meta, config.superusers, enabled=False)
@@ -337,6 +346,8 @@ class Node:
                 token_lifetime_ms=config.token_lifetime_ms,
                 cluster=ydb_cluster,
             )
+            if config.token_secret_file is not None:
+                ydb.auth.signer.adopt(load_token_secret(config.token_secret_file))
             token_key = self._token_key
             if token_key is not None:
                 if token_key.secret is not None:
@@ -416,6 +427,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         raft_tls(config)
         if config.users is not None:
             UserStore.from_file(config.users)
+        if config.token_secret_file is not None:
+            load_token_secret(config.token_secret_file)
     except (ConfigError, TlsConfigError, UsersFileError) as exc:
         print(f"vdl-node: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

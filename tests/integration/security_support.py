@@ -16,6 +16,7 @@ from pathlib import Path
 import trustme
 
 from tests.integration.node_process import NodeProcess
+from vdl.consensus.peer_tls import node_name
 
 PASSWORDS = {"admin": "admin-Pw-9f3k", "alice": "alice-Pw-4j7q", "bob": "bob-Pw-2x8m"}
 TOPIC_A, TOPIC_B, GROUP_A = "sec-a", "sec-b", "group-a"
@@ -56,6 +57,35 @@ class SecureNode:
             text=True,
             timeout=60,
         )
+
+
+class Pki:
+    """A raft CA (trustme) and certificates it issues: a node's names `vdl-node-<id>`."""
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.directory = directory
+        self.ca = trustme.CA()
+        self.ca_file = directory / "raft-ca.pem"
+        self.ca.cert_pem.write_to_path(str(self.ca_file))
+
+    def files(self, name: str, identity: str) -> tuple[Path, Path]:
+        cert = self.ca.issue_cert(identity)
+        cert_file, key_file = self.directory / f"{name}.pem", self.directory / f"{name}.key"
+        cert.cert_chain_pems[0].write_to_path(str(cert_file))
+        cert.private_key_pem.write_to_path(str(key_file))
+        return cert_file, key_file
+
+    def node_args(self, node_id: int) -> list[str]:
+        cert, key = self.files(f"node{node_id}", node_name(node_id))
+        return [
+            "--raft-tls-cert",
+            str(cert),
+            "--raft-tls-key",
+            str(key),
+            "--raft-tls-ca",
+            str(self.ca_file),
+        ]
 
 
 def write_tls_files(base: Path) -> tuple[Path, Path, Path]:

@@ -5,6 +5,7 @@ gets anywhere on a raft port while the cluster carries on."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -14,43 +15,19 @@ from pathlib import Path
 
 import pytest
 import trio
-import trustme
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.integration.acked_producer import NumberedProducer
-from tests.integration.cluster_support import Cluster
+from tests.integration.cluster_support import Cluster, partition_seen_by
+from tests.integration.node_process import NodeProcess, free_port
+from tests.integration.security_support import Pki
 from vdl.consensus.frames import encode_hello
 from vdl.consensus.peer_tls import PeerTls, node_name, open_raft_stream
+from vdl.consensus.snapshot_wire import encode_request
+from vdl.consensus.transport import send_admin_command
 
 TOPIC = "tls-replicated"
-
-
-class Pki:
-    def __init__(self, directory: Path) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        self.directory = directory
-        self.ca = trustme.CA()
-        self.ca_file = directory / "raft-ca.pem"
-        self.ca.cert_pem.write_to_path(str(self.ca_file))
-
-    def files(self, name: str, identity: str) -> tuple[Path, Path]:
-        cert = self.ca.issue_cert(identity)
-        cert_file, key_file = self.directory / f"{name}.pem", self.directory / f"{name}.key"
-        cert.cert_chain_pems[0].write_to_path(str(cert_file))
-        cert.private_key_pem.write_to_path(str(key_file))
-        return cert_file, key_file
-
-    def node_args(self, node_id: int) -> list[str]:
-        cert, key = self.files(f"node{node_id}", node_name(node_id))
-        return [
-            "--raft-tls-cert",
-            str(cert),
-            "--raft-tls-key",
-            str(key),
-            "--raft-tls-ca",
-            str(self.ca_file),
-        ]
 
 
 @pytest.fixture
@@ -138,7 +115,7 @@ def test_the_raft_port_refuses_strangers_and_the_cluster_carries_on(
     assert done.returncode == 0, done.stderr  # best effort: it cannot tell it was ignored
     # The same with a certificate from another CA fails at its handshake.
     other = Pki(tmp_path / "other")
-    cert, key = other.files("ops", "ops.example")
+    cert, key = other.files("ops", "vdl-operator-ops")
     flags = ["--raft-tls-cert", str(cert), "--raft-tls-key", str(key)]
     done = _admin(cluster, *flags, "--raft-tls-ca", str(other.ca_file), "remove-node", "3")
     assert done.returncode == 1 and "TLS handshake" in done.stderr, done.stderr
@@ -237,3 +214,95 @@ def test_unusable_raft_tls_files_stop_the_node_with_one_line(pki: Pki, tmp_path:
         assert done.returncode == 2, done.stderr
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and needle in lines[0], lines
+
+
+async def _pull_head(address: tuple[str, int], tls: PeerTls, group: int) -> bytes:
+    """Ask node 1 for a snapshot of `group` up to index 1; the first bytes of the answer."""
+    stream = await open_raft_stream(address, tls, 1)
+    try:
+        await stream.send_all(encode_request(group, 1, False))
+        with trio.fail_after(10):
+            return bytes(await stream.receive_some(65536))
+    except trio.BrokenResourceError:
+        return b""
+    finally:
+        await stream.aclose()
+
+
+async def _admin_as(address: tuple[str, int], tls: PeerTls, command: dict[str, object]) -> None:
+    await send_admin_command(address, json.dumps(command).encode(), tls=tls, node_id=1)
+
+
+def test_the_raft_port_authorizes_by_role(cluster: Cluster, pki: Pki) -> None:
+    cluster.create_topic(TOPIC, 1)
+    cluster.wait_for_leader(TOPIC, 0)
+    _wait(lambda: _brokers(cluster.bootstrap) == {1, 2, 3}, "brokers never registered")
+    address = ("127.0.0.1", cluster.raft_ports[1])
+    node2 = PeerTls.from_files(*pki.files("node2-copy", node_name(2)), pki.ca_file)
+    operator = PeerTls.from_files(*pki.files("ops", "vdl-operator-ops"), pki.ca_file)
+    no_role = PeerTls.from_files(*pki.files("someone", "someone.example"), pki.ca_file)
+    node1 = cluster.nodes[1]
+    # Group 0's log (users, ACLs, the token key): not to an operator, nor to a certificate
+    # of the CA that names no member; a member's certificate is served.
+    assert trio.run(_pull_head, address, operator, 0) == b""
+    assert trio.run(_pull_head, address, no_role, 0) == b""
+    _wait(lambda: "a snapshot pull needs a current member's" in node1.log(), "no refusal")
+    assert trio.run(_pull_head, address, node2, 0)[:1] == b"H"
+    # A certificate of the CA for a node that is not a member opens no link.
+    node9 = PeerTls.from_files(*pki.files("node9", node_name(9)), pki.ca_file)
+    assert trio.run(_claim, address, node9, 1, 9) == b""
+    _wait(lambda: "unknown or dialed node 9" in node1.log(), "no refusal of node 9")
+    # Admin commands: not from a certificate without the operator's name, nor from a
+    # member's (it may only ask to add itself).
+    trio.run(_admin_as, address, no_role, {"op": "remove_node", "node": 3})
+    _wait(lambda: "admin commands need an operator's certificate" in node1.log(), "no refusal")
+    trio.run(_admin_as, address, node2, {"op": "remove_node", "node": 3})
+    _wait(
+        lambda: (
+            "refusing admin command remove_node from a certificate for node(s) 2" in node1.log()
+        ),
+        "no refusal",
+    )
+    # The CLI will not even send with a certificate that is not an operator's.
+    node_cert, node_key = pki.files("node2-cli", node_name(2))
+    flags = ["--raft-tls-cert", str(node_cert), "--raft-tls-key", str(node_key)]
+    done = _admin(cluster, *flags, "--raft-tls-ca", str(pki.ca_file), "remove-node", "3")
+    assert done.returncode == 2 and "not an operator's" in done.stderr, done.stderr
+    time.sleep(1.5)
+    assert _brokers(cluster.bootstrap) == {1, 2, 3}
+    # An operator's certificate is served: the partition moves to nodes 1 and 2.
+    ops_cert, ops_key = pki.files("ops-cli", "vdl-operator-ops")
+    flags = ["--raft-tls-cert", str(ops_cert), "--raft-tls-key", str(ops_key)]
+    args = ["--raft-tls-ca", str(pki.ca_file), "set-replicas", TOPIC, "0", "1,2"]
+    done = _admin(cluster, *flags, *args)
+    assert done.returncode == 0, done.stderr
+    _wait(
+        lambda: partition_seen_by(cluster.nodes[1], TOPIC)[2] == [1, 2],
+        "the operator's set-replicas was not applied",
+    )
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(20):
+        producer.produce(TOPIC, value=b"after-%d" % i)
+    assert producer.flush(30) == 0
+    assert all(n.alive() for n in cluster.nodes.values())
+
+
+def test_a_node_joins_with_its_own_certificate(cluster: Cluster, pki: Pki, tmp_path: Path) -> None:
+    # Its add_node for itself goes over the admin path with a node's certificate, the one
+    # admin command such a certificate may send.
+    _wait(lambda: _brokers(cluster.bootstrap) == {1, 2, 3}, "brokers never registered")
+    fourth = NodeProcess(
+        tmp_path / "node4",
+        "--node-id",
+        "4",
+        "--peers",
+        f"{cluster.peers},4=127.0.0.1:{free_port()}",
+        "--join",
+        "true",
+        "--raft-tick-ms",
+        "50",
+        *pki.node_args(4),
+    )
+    with fourth:
+        _wait(lambda: _brokers(cluster.bootstrap) == {1, 2, 3, 4}, "node 4 never joined")
+        assert "refusing admin command" not in "".join(n.log() for n in cluster.nodes.values())

@@ -14,7 +14,7 @@ import pytest
 import ydb
 
 from tests.integration.cluster_support import Cluster
-from tests.integration.security_support import PASSWORDS, add_users, until_ok
+from tests.integration.security_support import PASSWORDS, Pki, add_users, until_ok
 
 DATABASE = "/local"
 PATH = f"{DATABASE}/guarded"
@@ -25,7 +25,9 @@ TIMEOUT = 60
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     users = tmp_path / "users"
     add_users(users)
-    c = Cluster(tmp_path, "--users", str(users), "--superusers", "admin")
+    # Users on a cluster need raft TLS (the node refuses to start without it).
+    pki = Pki(tmp_path / "pki")
+    c = Cluster(tmp_path, "--users", str(users), "--superusers", "admin", node_args=pki.node_args)
     try:
         c.start()
         yield c

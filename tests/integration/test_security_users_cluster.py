@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient
 
 from tests.integration.cluster_support import Cluster
 from tests.integration.node_process import NodeProcess
-from tests.integration.security_support import PASSWORDS, add_users, until_ok
+from tests.integration.security_support import PASSWORDS, Pki, add_users, until_ok
 
 TIMEOUT = 60
 NEW_USER, NEW_PASSWORD = "dave", "dave-Pw-7c2n"
@@ -41,6 +41,8 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         # The refusals this test waits for must not throttle the admin's logins.
         "--login-max-failures",
         "1000",
+        # Users on a cluster need raft TLS (the node refuses to start without it).
+        node_args=Pki(tmp_path / "pki").node_args,
     )
     try:
         c.start()
@@ -213,3 +215,32 @@ def test_a_token_from_one_node_is_accepted_by_every_node(cluster: Cluster) -> No
         time.sleep(0.3)
     forged = token[: token.rindex(".") + 1] + "A" * 43
     assert not _token_works(cluster, 2, forged)
+
+
+def test_with_a_token_secret_file_the_secret_never_enters_the_log(tmp_path: Path) -> None:
+    users = tmp_path / "users"
+    add_users(users)
+    secret_file = tmp_path / "token.secret"
+    secret_file.write_text("9f" * 32 + "\n")
+    c = Cluster(
+        tmp_path,
+        "--users",
+        str(users),
+        "--superusers",
+        "admin",
+        "--token-secret-file",
+        str(secret_file),
+        node_args=Pki(tmp_path / "pki").node_args,
+    )
+    try:
+        c.start()
+        until_ok(lambda: vdl(c, 1, "topic", "list"))
+        # Every node signs with the file's key from the start: no agreement to wait for.
+        token = _token_from(c, 1)
+        assert all(_token_works(c, node, token) for node in (1, 2, 3))
+    finally:
+        c.stop()
+    for node in (1, 2, 3):
+        for path in (tmp_path / f"node{node}" / "raft" / "metadata").rglob("*"):
+            if path.is_file():
+                assert b"token_key" not in path.read_bytes(), path

@@ -54,7 +54,7 @@ def test_a_taken_port_is_one_line_and_exit_2(
     flags = ["--kafka-listen", f"127.0.0.1:{kafka}", "--grpc-listen", f"127.0.0.1:{grpc}"]
     if listener == "raft":
         peers = f"1=127.0.0.1:{taken_port},2=127.0.0.1:{free_port()},3=127.0.0.1:{free_port()}"
-        flags += ["--node-id", "1", "--peers", peers]
+        flags += ["--node-id", "1", "--peers", peers, "--raft-insecure", "true"]
     line = _one_line(_start(tmp_path / "data", *flags))
     assert f"cannot listen for {listener} on 127.0.0.1:{taken_port}" in line, line
     assert "in use" in line, line

@@ -46,3 +46,24 @@ def test_no_peers_is_a_one_node_cluster() -> None:
 def test_bad_replication_settings_are_refused(args: list[str]) -> None:
     with pytest.raises(ConfigError):
         load_config(args, {})
+
+
+RAFT_TLS = ["--raft-tls-cert", "n.pem", "--raft-tls-key", "n.key", "--raft-tls-ca", "ca.pem"]
+
+
+def test_users_on_a_cluster_need_raft_tls_and_raft_insecure_does_not_lift_it() -> None:
+    base = ["--node-id", "1", "--peers", PEERS, "--users", "users"]
+    for extra in ([], ["--raft-insecure", "true"]):
+        with pytest.raises(ConfigError, match="users on a cluster need raft TLS"):
+            load_config(base + extra, {})
+    assert load_config(base + RAFT_TLS, {}).users == Path("users")
+    # One node without peers has no raft port: users alone are fine.
+    assert load_config(["--users", "users"], {}).users == Path("users")
+
+
+def test_raft_insecure_is_for_clusters_without_raft_tls() -> None:
+    base = ["--node-id", "1", "--peers", PEERS]
+    assert load_config([*base, "--raft-insecure", "true"], {}).raft_insecure
+    assert not load_config(base, {}).raft_insecure
+    with pytest.raises(ConfigError, match="raft-insecure contradicts raft-tls-cert"):
+        load_config(base + RAFT_TLS + ["--raft-insecure", "true"], {})

@@ -4,9 +4,10 @@
     python -m vdl.cluster.admin --node 127.0.0.1:9301 remove-node 4
 
 `--node` is any member's raft address; it passes the command to the metadata group's
-leader. A cluster with raft TLS takes admin commands only over TLS from a certificate its
-raft CA signed: add `--raft-tls-cert FILE --raft-tls-key FILE --raft-tls-ca FILE` (an
-operator's certificate needs no particular name; the node must present a node's).
+leader. A cluster with raft TLS takes admin commands only over TLS from an operator's
+certificate its raft CA signed: add `--raft-tls-cert FILE --raft-tls-key FILE --raft-tls-ca
+FILE`, a certificate whose subjectAltName is `DNS:vdl-operator-<name>` (or
+`DNS:vdl-operator`); the node must present a node's.
 
 Best effort and asynchronous: the effect shows in Kafka Metadata (replicas, ISR, brokers)
 once applied. Adding a node needs no command: start it with `--join true`.
@@ -62,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if any(path is not None for path in files):
             if any(path is None for path in files):
                 raise ConfigError("--raft-tls-cert, --raft-tls-key and --raft-tls-ca go together")
-            tls = PeerTls.from_files(*files)
+            tls = PeerTls.from_files(*files, operator=True)
     except (ConfigError, TlsConfigError) as exc:
         print(f"vdl.cluster.admin: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -253,28 +253,33 @@ class ClusterManager:
         self.leaders.heard(node_id, claims, now)
 
     def _on_forward(self, raw: bytes) -> None:
-        try:
-            command = json.loads(raw)
-            op = command["op"]
-        except (ValueError, KeyError, TypeError):
+        command = _peer_command(raw)
+        if command is None or self._nursery is None or not self._driver0.is_leader:
             return
-        if self._nursery is None or not self._driver0.is_leader:
-            return
+        op = command["op"]
         if op == "register" or op in ADMIN_OPS or op in self.forwardable:
             self._nursery.start_soon(self._submit, command)
         elif op == "auto_topic":
-            self.request_topic(str(command["name"]))
+            name = command.get("name")
+            if isinstance(name, str):
+                self.request_topic(name)
 
     # ---- membership --------------------------------------------------------------------
 
-    def _on_admin(self, raw: bytes) -> None:
-        """A command from an admin client: propose it if we lead group 0, else pass it on."""
-        try:
-            command = json.loads(raw)
-            op = command["op"]
-        except (ValueError, KeyError, TypeError):
+    def _on_admin(self, raw: bytes, joining: frozenset[int] | None) -> None:
+        """A command from an admin client: propose it if we lead group 0, else pass it on.
+        With `joining` (a node's certificate, not an operator's) only that node's own
+        request to be added is taken."""
+        command = _peer_command(raw)
+        if command is None or command["op"] not in ADMIN_OPS or self._nursery is None:
             return
-        if op not in ADMIN_OPS or self._nursery is None:
+        if not admin_allowed(command, joining):
+            log.warning(
+                "refusing admin command %s from a certificate for node(s) %s: only an "
+                "operator's certificate may send it",
+                command["op"],
+                ", ".join(str(n) for n in sorted(joining or ())),
+            )
             return
         log.info("admin command %s", command)
         if self._driver0.is_leader:
@@ -550,3 +555,32 @@ class ClusterManager:
             raise TopicError(ErrorCode.NOT_CONTROLLER, str(exc)) from None
         if outcome.error != ErrorCode.NONE:
             raise TopicError(outcome.error, outcome.message or outcome.error.name)
+
+
+def _peer_command(raw: bytes) -> Command | None:
+    """The JSON command in a forward frame, if it is one: an object whose "op" is a string
+    (anything else is dropped with a warning; applying checks each command's fields)."""
+    try:
+        command = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        log.warning("ignoring a forwarded command that is not JSON: %s", exc)
+        return None
+    if not isinstance(command, dict) or not isinstance(command.get("op"), str):
+        log.warning("ignoring a forwarded command without a string op")
+        return None
+    return command
+
+
+def admin_allowed(command: Command, joining: frozenset[int] | None) -> bool:
+    """Whether an admin `command` may be taken from its sender: anything from an operator
+    (`joining` None), and from a node's certificate only its own `add_node` (a node
+    started with --join asks the members to add it)."""
+    if joining is None:
+        return True
+    node = command.get("node")
+    return (
+        command["op"] == "add_node"
+        and isinstance(node, int)
+        and not isinstance(node, bool)
+        and node in joining
+    )

@@ -55,8 +55,20 @@ class MetadataGroup:
                     command = decode_command(entry.payload)
                     self.state.applying_index = entry.index
                     outcome = self.state.apply(command)
-                except (CommandError, KeyError, ValueError, TypeError) as exc:
+                except CommandError as exc:
                     log.error("skipping bad metadata entry %d: %s", entry.index, exc)
+                    outcome = Outcome(message=str(exc))
+                except (KeyError, ValueError, TypeError, AttributeError, IndexError) as exc:
+                    # A command of the wrong shape (a field of another type, one missing):
+                    # every node skips it alike, none stops on it. Forwarded commands come
+                    # from peers, which check only that they are JSON objects with an op.
+                    # (A failing disk or a bug elsewhere still stops the group, as before.)
+                    log.error(
+                        "skipping bad metadata entry %d: %s: %s",
+                        entry.index,
+                        type(exc).__name__,
+                        exc,
+                    )
                     outcome = Outcome(message=str(exc))
                 else:
                     for listener in self.state.on_applied:

@@ -11,13 +11,19 @@ that had not yet applied the first, is ignored), is kept in each node's MetaStor
 handed to the node's token signer. The secret sits in group 0's log like every other
 command, so the raft port deserves the same protection as the data directories (raft TLS,
 `peer_tls.py`).
+
+With `--token-secret-file` (the same file on every node, as Kafka's
+`delegation.token.secret.key`) none of this runs: the key comes from the file
+(`load_token_secret`) and never enters the log.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import secrets
 from collections.abc import Callable
+from pathlib import Path
 
 import trio
 
@@ -25,6 +31,7 @@ from vdl.backends.api import MetaStore
 from vdl.cluster.commands import Command
 from vdl.cluster.metadata import MetadataState, Outcome
 from vdl.cluster.metadata_group import MetadataGroup
+from vdl.config import ConfigError
 from vdl.consensus.errors import ConsensusError
 
 log = logging.getLogger(__name__)
@@ -34,6 +41,23 @@ CLUSTER_SECRET_KEY = b"cluster/token-secret"
 _SECRET_BYTES = 32
 # How often a leader looks whether the cluster still lacks a secret.
 _CHECK_S = 1.0
+# A secret file holds at least this many characters (say `openssl rand -hex 32`).
+MIN_SECRET_FILE_CHARS = 32
+
+
+def load_token_secret(path: Path) -> bytes:
+    """The token-signing key from a secret file: SHA-256 of its content without the
+    surrounding whitespace. ConfigError (one line) for a file that cannot serve."""
+    try:
+        content = path.read_bytes().strip()
+    except OSError as exc:
+        raise ConfigError(f"cannot read token-secret-file {path}: {exc.strerror}") from None
+    if len(content) < MIN_SECRET_FILE_CHARS:
+        raise ConfigError(
+            f"token-secret-file {path} holds {len(content)} characters; it needs at least "
+            f"{MIN_SECRET_FILE_CHARS} (e.g. openssl rand -hex 32)"
+        )
+    return hashlib.sha256(b"vdl token secret\0" + content).digest()
 
 
 class ReplicatedTokenKey:

@@ -56,7 +56,7 @@ from vdl.backends.api import (
     SnapshotStaging,
     StorageError,
 )
-from vdl.consensus.errors import ProposalDropped
+from vdl.consensus.errors import ProposalDropped, SafetyViolation
 from vdl.consensus.hard_state_store import load_hard_state, save_hard_state
 from vdl.consensus.machine import AppliesByIndex, StateMachine
 from vdl.consensus.membership import ConfChange, Config
@@ -248,7 +248,7 @@ class GroupDriver:
         self._stepped_now.add(message.src)
         self._heard[message.src] = trio.current_time()
         if message.dst == self.node_id:
-            core.step(message)
+            self._step(message)
         if core.has_ready():
             self._turn_now(apply=True)
             if core.has_ready():
@@ -408,7 +408,7 @@ class GroupDriver:
             if isinstance(message, InstallSnapshot) and self._needs_data(message):
                 self._start_fetch(message)
                 continue
-            core.step(message)
+            self._step(message)
         for _ in range(ticks - ticked):
             core.tick()
         if ticks:
@@ -424,6 +424,22 @@ class GroupDriver:
             if not core.has_ready():
                 break
         self._note_role()
+
+    def _step(self, message: Message) -> None:
+        """Step a peer's message; one the core refuses as breaking Raft's rules (it would
+        overwrite committed entries, say) is dropped with one line, and the group carries
+        on: the core checks before it changes anything."""
+        try:
+            self.core.step(message)
+        except (SafetyViolation, ValueError) as exc:
+            self.dropped_messages += 1
+            log.error(
+                "group %d: dropping %s from node %d: %s",
+                self.group_id,
+                type(message).__name__,
+                message.src,
+                exc,
+            )
 
     async def _handle_ready(self, rd: Ready) -> None:
         core = self.core
@@ -590,6 +606,11 @@ class GroupDriver:
             log.warning("group %d: snapshot from node %d failed: %s", self.group_id, m.src, exc)
             await _discard(staging)
             return
+        except Exception:
+            # Whatever the leader's bytes make go wrong costs this pull, never the node.
+            log.exception("group %d: snapshot from node %d failed", self.group_id, m.src)
+            await _discard(staging)
+            return
         except BaseException:
             await _discard(staging)
             raise
@@ -609,7 +630,7 @@ class GroupDriver:
             # Caught up meanwhile, or a newer leader: let the core answer as it would.
             await _discard(staging)
             if m.term >= core.term:
-                core.step(m)
+                self._step(m)
             return
         # No sync of the old content may report durability after the swap.
         await self._flusher.release(self)
@@ -640,7 +661,7 @@ class GroupDriver:
             data.file_bytes,
             data.entries,
         )
-        core.step(m)
+        self._step(m)
 
     def _retry_snapshots(self) -> None:
         core = self.core

@@ -161,11 +161,21 @@ class PeerLink:
                 if not data:
                     break
                 for group_id, message in reader.feed(data):
+                    if not isinstance(message, bytes) and (
+                        message.src != self.peer_id or message.dst != self.node_id
+                    ):
+                        # A link carries its two nodes' messages only: anything else is
+                        # not from the peer this connection was admitted as.
+                        raise FrameError(f"a message from node {message.src} to node {message.dst}")
                     self._deliver(group_id, message)
         except FrameError as exc:
             log.warning("dropping connection with node %d: %s", self.peer_id, exc)
         except _NET_ERRORS:
             pass
+        except Exception:
+            # Whatever a peer's bytes make go wrong costs that connection, never the node
+            # (as on the Kafka listener); a real peer's link redials.
+            log.exception("dropping connection with node %d after an error", self.peer_id)
         finally:
             await self._detach(stream)
 

@@ -8,9 +8,18 @@ the system's CAs). A node's certificate names it in a subjectAltName DNS entry
 - the dialer sends SNI `vdl-node-<id>` and accepts the server only if its certificate names
   the node it meant to reach (a stale address now served by another member is refused);
 - the listener takes the hello's claimed node id only if the client's certificate names
-  it, so a certificate for node 2 cannot open node 3's link. A hello of node 0 (an admin
-  command) needs a certificate from the raft CA but no particular name, so operators get
-  certificates of their own; a snapshot pull likewise.
+  it and that node is a current member (it has a link here), so a certificate for node 2
+  cannot open node 3's link, nor one for a removed node any link;
+- a snapshot pull needs a certificate naming a current member (group 0's log holds the
+  users, ACLs and token key);
+- a hello of node 0 (admin commands: add or remove nodes, move replicas) needs an
+  operator's certificate, one whose subjectAltName DNS entry is `vdl-operator` or
+  `vdl-operator-<name>`; a node's certificate there may only ask to add that very node
+  (a node started with `--join`), which the cluster manager checks.
+
+Roles are names under the one raft CA rather than a second CA, so one file configures a
+node and operators' certificates differ from nodes' only in their name; whoever signs
+with the raft CA decides who is a node and who an operator.
 
 Names rather than addresses keep certificates valid across readdressing (NAT, containers)
 and let one certificate per node serve both directions. The check is ours, after the
@@ -30,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import ssl
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +50,7 @@ from vdl.security.tls import TlsConfigError, server_context
 log = logging.getLogger(__name__)
 
 NODE_NAME_PREFIX = "vdl-node-"
+OPERATOR_NAME = "vdl-operator"
 HANDSHAKE_TIMEOUT_S = 5.0
 
 
@@ -60,6 +71,25 @@ def certificate_nodes(peer_cert: dict[str, Any] | None) -> set[int]:
     return nodes
 
 
+def certificate_is_operator(peer_cert: dict[str, Any] | None) -> bool:
+    """Whether a verified certificate names an operator: a subjectAltName DNS entry
+    `vdl-operator` or `vdl-operator-<anything>` (the part after the dash is free, to tell
+    operators apart in logs)."""
+    for kind, value in (peer_cert or {}).get("subjectAltName", ()):
+        if kind == "DNS" and isinstance(value, str):
+            if value == OPERATOR_NAME or value.startswith(OPERATOR_NAME + "-"):
+                return True
+    return False
+
+
+def peer_is_operator(stream: trio.abc.Stream) -> bool:
+    """Whether the peer's certificate names an operator; False for a plaintext stream."""
+    if not isinstance(stream, trio.SSLStream):
+        return False
+    cert: dict[str, Any] | None = stream.getpeercert()
+    return certificate_is_operator(cert)
+
+
 def peer_nodes(stream: trio.abc.Stream) -> set[int]:
     """The node ids the peer's certificate names; empty for a plaintext stream."""
     if not isinstance(stream, trio.SSLStream):
@@ -77,10 +107,13 @@ class PeerTls:
         self._refusals = _RefusalLog()
 
     @classmethod
-    def from_files(cls, cert: Path, key: Path, ca: Path, *, node_id: int | None = None) -> PeerTls:
+    def from_files(
+        cls, cert: Path, key: Path, ca: Path, *, node_id: int | None = None, operator: bool = False
+    ) -> PeerTls:
         """Raises TlsConfigError (one line, naming the file) for an unusable file; with
         `node_id` (a node's own files), also for a certificate the CA did not sign or that
-        does not name that node, which every peer would refuse."""
+        does not name that node, which every peer would refuse; with `operator` (an admin
+        client's), likewise for one that does not name an operator."""
         # The listener's context validates all three files with the usual messages; the
         # dialer's loads the same files, so it can only fail where that one did not on
         # something odd (a file replaced in between), still reported as one line.
@@ -100,15 +133,21 @@ class PeerTls:
         # The chain is still verified (CERT_REQUIRED); the name is checked by `connect`.
         client.check_hostname = False
         tls = cls(server, client)
-        if node_id is not None:
+        if node_id is not None or operator:
             try:
-                names = certificate_nodes(_handshake_with_itself(server, client))
+                seen = _handshake_with_itself(server, client)
             except ssl.SSLError as exc:
                 raise TlsConfigError(
                     f"raft TLS certificate {cert} is not usable with CA {ca}: "
                     f"{getattr(exc, 'verify_message', None) or exc.reason or exc}"
                 ) from None
-            if node_id not in names:
+            names = certificate_nodes(seen)
+            if operator and not certificate_is_operator(seen):
+                raise TlsConfigError(
+                    f"raft TLS certificate {cert} is not an operator's (it needs the "
+                    f"subjectAltName DNS:{OPERATOR_NAME}-<name>)"
+                )
+            if node_id is not None and node_id not in names:
                 raise TlsConfigError(
                     f"raft TLS certificate {cert} names {_describe(names)}, not this node "
                     f"(it needs the subjectAltName DNS:{node_name(node_id)})"
@@ -123,7 +162,7 @@ class PeerTls:
             await tls.do_handshake()
         except trio.BrokenResourceError as exc:
             reason = f"TLS handshake failed: {exc.__cause__ or exc}"
-            self._refusals.warn(_remote(stream), "handshake", reason)
+            self._refusals.warn(remote_address(stream), "handshake", reason)
             raise
         return tls
 
@@ -133,10 +172,23 @@ class PeerTls:
         names = peer_nodes(stream)
         if node_id in names:
             return True
-        where = _remote(stream.transport_stream) if isinstance(stream, trio.SSLStream) else "?"
         reason = f"claims node {node_id} with a certificate for {_describe(names)}"
-        self._refusals.warn(where, "identity", reason)
+        self._refusals.warn(_where(stream), "identity", reason)
         return False
+
+    def admits_member(self, stream: trio.abc.Stream, members: Collection[int], what: str) -> bool:
+        """Whether the client of an accepted `stream` is a current member (its certificate
+        names one of `members`), as `what` (a snapshot pull) needs; a refusal is logged."""
+        names = peer_nodes(stream)
+        if names & set(members):
+            return True
+        reason = f"{what} needs a current member's certificate, not one for {_describe(names)}"
+        self._refusals.warn(_where(stream), what, reason)
+        return False
+
+    def refuse(self, stream: trio.abc.Stream, kind: str, reason: str) -> None:
+        """Log the refusal of an accepted `stream` (rate-limited per host and kind)."""
+        self._refusals.warn(_where(stream), kind, reason)
 
     async def connect(
         self, stream: trio.SocketStream, node_id: int | None
@@ -145,7 +197,7 @@ class PeerTls:
         admin client that knows only an address). Raises ConnectionError (an OSError,
         which every dialer already handles as "cannot reach") and closes `stream`."""
         name = node_name(node_id) if node_id is not None else None
-        where = _remote(stream)
+        where = remote_address(stream)
         tls = trio.SSLStream(stream, self.client, server_hostname=name, https_compatible=True)
         try:
             with trio.move_on_after(HANDSHAKE_TIMEOUT_S) as timer:
@@ -237,7 +289,12 @@ def _describe(nodes: set[int]) -> str:
     return ", ".join(node_name(n) for n in sorted(nodes))
 
 
-def _remote(stream: trio.SocketStream) -> str:
+def _where(stream: trio.abc.Stream) -> str:
+    return remote_address(stream.transport_stream) if isinstance(stream, trio.SSLStream) else "?"
+
+
+def remote_address(stream: trio.SocketStream) -> str:
+    """`host:port` of the other end of `stream`, for log lines."""
     try:
         host, port = stream.socket.getpeername()[:2]
     except OSError:

@@ -23,8 +23,11 @@ class GroupRouter:
         self.unrouted = 0
         # Takes commands other nodes forward to the metadata group's leader.
         self.on_forward: Callable[[bytes], None] | None = None
-        # Takes commands from admin clients (not nodes) for the metadata group.
-        self.on_admin: Callable[[bytes], None] | None = None
+        # Takes commands from admin clients (not nodes) for the metadata group, with who
+        # may send what: None for any admin command (an operator's certificate, or no
+        # raft TLS), else the node ids a node's certificate names (it may ask to add one
+        # of them, itself, and nothing else).
+        self.on_admin: Callable[[bytes, frozenset[int] | None], None] | None = None
         # Takes other nodes' gossip (the groups they lead).
         self.on_gossip: Callable[[bytes], None] | None = None
 

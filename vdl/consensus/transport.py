@@ -4,8 +4,9 @@
 driver) and runs the raft listener; inbound frames go to the `GroupRouter`. Peers come and
 go with the cluster's membership (`add_peer`, `remove_peer`). A connection whose hello
 names node 0 is an admin client: its forward frames are handed to `GroupRouter.on_admin`.
-With a `PeerTls` every connection, both ways, is mutually authenticated TLS and a hello is
-believed only if the client's certificate names that node (`peer_tls.py`).
+With a `PeerTls` every connection, both ways, is mutually authenticated TLS and each is
+authorized by the role its certificate names (`peer_tls.py`): a hello as a member needs
+that member's certificate, a snapshot pull any member's, admin commands an operator's.
 """
 
 from __future__ import annotations
@@ -29,7 +30,13 @@ from vdl.consensus.frames import (
 )
 from vdl.consensus.messages import Message
 from vdl.consensus.peer_link import PeerLink
-from vdl.consensus.peer_tls import PeerTls, open_raft_stream
+from vdl.consensus.peer_tls import (
+    PeerTls,
+    open_raft_stream,
+    peer_is_operator,
+    peer_nodes,
+    remote_address,
+)
 from vdl.consensus.router import GroupRouter
 from vdl.consensus.snapshot_transfer import (
     REQUEST,
@@ -138,6 +145,16 @@ class RaftTransport:
             task_status.started(self.port)
 
     async def _accept(self, tcp: trio.SocketStream) -> None:
+        try:
+            await self._serve_connection(tcp)
+        except Exception:
+            # Whatever one connection's bytes make go wrong costs that connection, never
+            # the listener and with it the node (as on the Kafka listener).
+            log.exception("raft connection from %s failed", remote_address(tcp))
+            with trio.CancelScope(shield=True):
+                await tcp.aclose()
+
+    async def _serve_connection(self, tcp: trio.SocketStream) -> None:
         stream: trio.abc.Stream = tcp
         snapshot_request: bytes | None = None
         try:
@@ -155,15 +172,28 @@ class RaftTransport:
         except (trio.TooSlowError, FrameError, trio.BrokenResourceError, OSError, EOFError):
             await stream.aclose()
             return
+        tls = self._tls
         if snapshot_request is not None:
+            if tls is not None and not tls.admits_member(stream, self.links, "a snapshot pull"):
+                await stream.aclose()
+                return
             # Outside the hello's deadline: serving a snapshot has its own, much longer one.
             await self._serve_snapshot(stream, snapshot_request)
             return
-        if self._tls is not None and peer != ADMIN_NODE and not self._tls.admits(stream, peer):
+        if tls is not None and peer != ADMIN_NODE and not tls.admits(stream, peer):
             await stream.aclose()
             return
         if peer == ADMIN_NODE:
-            await self._serve_admin(stream)
+            joining: frozenset[int] | None = None  # any admin command
+            if tls is not None and not peer_is_operator(stream):
+                # A node's certificate: it may only ask to add itself (`--join`).
+                joining = frozenset(peer_nodes(stream))
+                if not joining:
+                    reason = "admin commands need an operator's certificate (DNS:vdl-operator-*)"
+                    tls.refuse(stream, "admin", reason)
+                    await stream.aclose()
+                    return
+            await self._serve_admin(stream, joining)
             return
         link = self.links.get(peer)
         if link is None or link.dials:
@@ -198,7 +228,7 @@ class RaftTransport:
             )
         raise SnapshotError("the snapshot transfer timed out")
 
-    async def _serve_admin(self, stream: trio.abc.Stream) -> None:
+    async def _serve_admin(self, stream: trio.abc.Stream, joining: frozenset[int] | None) -> None:
         reader = FrameReader()
         try:
             with trio.move_on_after(_ADMIN_TIMEOUT_S):
@@ -206,7 +236,7 @@ class RaftTransport:
                     for group_id, body in reader.feed(data):
                         handler = self._router.on_admin
                         if group_id == FORWARD_GROUP and isinstance(body, bytes) and handler:
-                            handler(body)
+                            handler(body, joining)
         except (FrameError, trio.BrokenResourceError, OSError) as exc:
             log.warning("dropping admin connection: %s", exc)
         finally:

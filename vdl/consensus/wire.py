@@ -22,7 +22,7 @@ from __future__ import annotations
 import struct
 
 from vdl.backends.api import Entry, EntryType
-from vdl.consensus.membership import decode_config, encode_config
+from vdl.consensus.membership import Config, decode_config, encode_config
 from vdl.consensus.messages import (
     AppendEntries,
     AppendResponse,
@@ -39,6 +39,12 @@ from vdl.consensus.state import SnapshotMeta
 
 class WireError(ValueError):
     """Bytes that do not decode to a message."""
+
+
+# Terms and indexes a real peer sends stay far below this; the core adds one to terms and
+# indexes it receives, and the encoder packs them as u64 again, so a larger value from the
+# wire could only end in an exception far from the connection that brought it.
+MAX_NUMBER = 2**62
 
 
 _HEAD = struct.Struct(">BQQQ")
@@ -111,28 +117,39 @@ class _Reader:
 def decode(data: bytes | bytearray | memoryview) -> Message:
     r = _Reader(data)
     kind, src, dst, term = r.unpack(_HEAD)
+    _check_numbers(src, dst, term)
     m: Message
     if kind == 1:
         prev_index, prev_term, commit, count = r.unpack(_APPEND)
+        _check_numbers(prev_index + count, prev_term, commit)
         entries = []
         for i in range(count):
             entry_term, entry_type, length = r.unpack(_ENTRY)
+            _check_numbers(entry_term)
             try:
                 etype = EntryType(entry_type)
             except ValueError as exc:
                 raise WireError(f"unknown entry type {entry_type}") from exc
-            entries.append(Entry(entry_term, prev_index + 1 + i, etype, r.take(length)))
+            payload = r.take(length)
+            if etype == EntryType.CONFIG:
+                # Checked here, where the connection that sent it can still be dropped:
+                # the core decodes it again when the entry is appended.
+                _decode_config(payload)
+            entries.append(Entry(entry_term, prev_index + 1 + i, etype, payload))
         m = AppendEntries(src, dst, term, prev_index, prev_term, commit, tuple(entries))
     elif kind == 2:
         index, reject, hint_index, hint_term = r.unpack(_APPEND_RESP)
+        _check_numbers(index, hint_index, hint_term)
         m = AppendResponse(src, dst, term, index, bool(reject), hint_index, hint_term)
     elif kind == 3:
         (commit,) = r.unpack(_U64)
+        _check_numbers(commit)
         m = Heartbeat(src, dst, term, commit)
     elif kind == 4:
         m = HeartbeatResponse(src, dst, term)
     elif kind == 5:
         last_index, last_term, flags = r.unpack(_VOTE)
+        _check_numbers(last_index, last_term)
         m = RequestVote(src, dst, term, last_index, last_term, bool(flags & 1), bool(flags & 2))
     elif kind == 6:
         (flags,) = r.unpack(_U8)
@@ -141,13 +158,9 @@ def decode(data: bytes | bytearray | memoryview) -> Message:
         m = TimeoutNow(src, dst, term)
     elif kind == 8:
         index, snap_term = r.unpack(_SNAP)
+        _check_numbers(index, snap_term)
         (config_len,) = r.unpack(_U32)
-        try:
-            config = decode_config(r.take(config_len))
-        except WireError:
-            raise
-        except ValueError as exc:
-            raise WireError(str(exc)) from exc
+        config = _decode_config(r.take(config_len))
         (handle_len,) = r.unpack(_U32)
         handle = r.take(handle_len)
         m = InstallSnapshot(src, dst, term, SnapshotMeta(index, snap_term, config), handle)
@@ -156,3 +169,15 @@ def decode(data: bytes | bytearray | memoryview) -> Message:
     if r.pos != len(r.data):
         raise WireError("trailing bytes after message")
     return m
+
+
+def _check_numbers(*values: int) -> None:
+    if any(v >= MAX_NUMBER for v in values):
+        raise WireError("a node id, term or index out of range")
+
+
+def _decode_config(payload: bytes) -> Config:
+    try:
+        return decode_config(payload)
+    except ValueError as exc:
+        raise WireError(f"bad configuration: {exc}") from exc

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from vdl.cluster.memory_meta import MemoryMetaStore
 from vdl.cluster.metadata import MetadataState
 from vdl.cluster.metadata_group import MetadataGroup
-from vdl.cluster.token_key_commands import CLUSTER_SECRET_KEY, ReplicatedTokenKey
+from vdl.cluster.token_key_commands import (
+    CLUSTER_SECRET_KEY,
+    ReplicatedTokenKey,
+    load_token_secret,
+)
+from vdl.config import ConfigError
 from vdl.net.ydb.auth import TokenSigner
 from vdl.net.ydb.operation import YdbError
 
@@ -59,3 +66,18 @@ def test_a_malformed_secret_is_refused(secret: str) -> None:
     with pytest.raises(ValueError):
         state.apply({"op": "token_key", "secret": secret})
     assert replicated.secret is None and meta.get(CLUSTER_SECRET_KEY) is None
+
+
+def test_a_token_secret_file_gives_one_key_and_refuses_a_short_or_missing_file(
+    tmp_path: Path,
+) -> None:
+    good = tmp_path / "secret"
+    good.write_text("ab" * 16 + "\n")
+    key = load_token_secret(good)
+    assert len(key) == 32 and key == load_token_secret(good) and b"ab" not in key
+    short = tmp_path / "short"
+    short.write_text("x" * 31)
+    with pytest.raises(ConfigError, match="at least 32"):
+        load_token_secret(short)
+    with pytest.raises(ConfigError, match="cannot read token-secret-file"):
+        load_token_secret(tmp_path / "missing")

@@ -22,10 +22,18 @@ from tests.unit.consensus.test_snapshot_transfer import (
     snapshot_of,
 )
 from tests.unit.consensus.test_transport import Box, _until
+from vdl.cluster.manager import admin_allowed
 from vdl.consensus.frames import encode_forward, encode_hello
 from vdl.consensus.messages import Heartbeat
-from vdl.consensus.peer_tls import PeerTls, certificate_nodes, node_name, open_raft_stream
+from vdl.consensus.peer_tls import (
+    PeerTls,
+    certificate_is_operator,
+    certificate_nodes,
+    node_name,
+    open_raft_stream,
+)
 from vdl.consensus.router import GroupRouter
+from vdl.consensus.snapshot_wire import encode_request
 from vdl.consensus.transport import RaftTransport, send_admin_command
 from vdl.security.tls import TlsConfigError
 
@@ -64,8 +72,9 @@ class TlsNode:
         self.router = GroupRouter()
         self.box = Box()
         self.router.add(1, self.box)
-        self.admin: list[bytes] = []
-        self.router.on_admin = self.admin.append
+        # (command, who may send what: None for an operator, else the sender's node ids)
+        self.admin: list[tuple[bytes, frozenset[int] | None]] = []
+        self.router.on_admin = lambda body, joining: self.admin.append((body, joining))
         peers = {n: ("127.0.0.1", p) for n, p in ports.items()}
         self.address = peers[node_id]
         self.transport = RaftTransport(node_id, self.address, peers, self.router, tls=tls)
@@ -236,20 +245,70 @@ async def test_the_dialer_checks_it_reached_the_node_it_meant(pki: Pki) -> None:
         nursery.cancel_scope.cancel()
 
 
-async def test_admin_commands_need_a_certificate_of_the_raft_ca(pki: Pki) -> None:
+async def test_admin_commands_need_an_operator_certificate(pki: Pki) -> None:
     ports = {1: free_port(), 2: free_port()}
     a = TlsNode(1, ports, pki.node(1))
-    operator = pki.tls("operator", "ops.example")  # no node name: an operator's own
+    operator = pki.tls("operator", "vdl-operator-ops")
+    no_role = pki.tls("someone", "ops.example")  # the raft CA's, but neither node nor operator
     async with trio.open_nursery() as nursery:
         await a.start(nursery)
         plain = await trio.open_tcp_stream(*a.address)
         await plain.send_all(encode_hello(0) + encode_forward(b'{"op": "remove_node"}'))
         assert await _closed_by_peer(plain)
+        stream = await open_raft_stream(a.address, no_role, 1)
+        await stream.send_all(encode_hello(0) + encode_forward(b'{"op": "remove_node"}'))
+        assert await _closed_by_peer(stream)
         await send_admin_command(a.address, b'{"op": "set_replicas"}', tls=operator)
         await _until(lambda: bool(a.admin))
-        assert a.admin == [b'{"op": "set_replicas"}']
+        assert a.admin == [(b'{"op": "set_replicas"}', None)]
+        # A node's certificate gets through with its node ids: the manager takes only that
+        # node's own add_node from it (`admin_allowed`).
+        await send_admin_command(a.address, b'{"op": "add_node"}', tls=pki.node(2))
+        await _until(lambda: len(a.admin) == 2)
+        assert a.admin[1] == (b'{"op": "add_node"}', frozenset({2}))
         # The admin client checks the server is a raft node of this CA; with a node id,
         # that very node.
         with pytest.raises(ConnectionError, match="not vdl-node-2"):
             await send_admin_command(a.address, b"{}", tls=operator, node_id=2)
         nursery.cancel_scope.cancel()
+
+
+async def test_snapshot_pulls_need_a_current_members_certificate(pki: Pki, tmp_path: Path) -> None:
+    ports = {1: free_port(), 2: free_port()}
+    a = TlsNode(1, ports, pki.node(1))
+    leader = leader_store(tmp_path / "leader")
+    a.router.add(9, StoreSource(leader))
+    upto = leader.last_index() - 2
+    async with trio.open_nursery() as nursery:
+        await a.start(nursery)
+        for refused in (pki.tls("operator", "vdl-operator-ops"), pki.node(5)):
+            stream = await open_raft_stream(a.address, refused, 1)
+            await stream.send_all(encode_request(9, upto, False))
+            assert await _closed_by_peer(stream)
+        member = await open_raft_stream(a.address, pki.node(2), 1)
+        await member.send_all(encode_request(9, upto, False))
+        with trio.fail_after(10):
+            assert await member.receive_some(65536)  # the head of the snapshot
+        await member.aclose()
+        nursery.cancel_scope.cancel()
+    leader.close()
+
+
+def test_only_an_operator_may_send_any_admin_command_a_node_only_its_own_join() -> None:
+    assert admin_allowed({"op": "remove_node", "node": 3}, None)
+    assert admin_allowed({"op": "add_node", "node": 4, "raft": "h:1"}, frozenset({4}))
+    assert not admin_allowed({"op": "add_node", "node": 5, "raft": "h:1"}, frozenset({4}))
+    assert not admin_allowed({"op": "add_node", "node": True, "raft": "h:1"}, frozenset({1}))
+    assert not admin_allowed({"op": "remove_node", "node": 4}, frozenset({4}))
+    assert not admin_allowed({"op": "set_replicas", "name": "t"}, frozenset({4}))
+
+
+def test_an_operator_certificate_names_vdl_operator() -> None:
+    def cert(*names: str) -> dict[str, object]:
+        return {"subjectAltName": tuple(("DNS", n) for n in names)}
+
+    assert certificate_is_operator(cert("vdl-operator"))
+    assert certificate_is_operator(cert("x", "vdl-operator-alice"))
+    assert not certificate_is_operator(cert("vdl-operators", "vdl-node-1", "operator"))
+    assert not certificate_is_operator({"subject": ((("commonName", "vdl-operator"),),)})
+    assert not certificate_is_operator(None)

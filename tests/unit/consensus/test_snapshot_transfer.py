@@ -36,9 +36,11 @@ from vdl.consensus.snapshot_transfer import (
     serve_snapshot,
 )
 from vdl.consensus.snapshot_wire import (
+    SnapshotDecoder,
     decode_request,
     encode_chunk,
     encode_end,
+    encode_entries,
     encode_file,
     encode_head,
 )
@@ -368,3 +370,11 @@ async def test_a_damaged_transfer_fails_and_the_old_log_stays(tmp_path: Path, da
     assert list((tmp_path / "follower").glob("*.staging")) == []
     reopened.close()
     leader.close()
+
+
+def test_an_entries_record_with_a_garbage_config_entry_is_a_snapshot_error() -> None:
+    decoder = SnapshotDecoder()
+    decoder.feed(encode_head(1, 0))
+    garbage = (Entry(1, 1, EntryType.CONFIG, b"\x01\xff\xff"),)
+    with pytest.raises(SnapshotError, match="bad configuration"):
+        decoder.feed(encode_entries(garbage))

@@ -34,7 +34,7 @@ MESSAGES: list[Message] = [
     AppendEntries(1, 2, 7, 0, 0, 0),
     AppendResponse(2, 1, 7, 12),
     AppendResponse(2, 1, 7, 40, reject=True, hint_index=33, hint_term=5),
-    Heartbeat(1, 3, 2**63, 12),
+    Heartbeat(1, 3, 2**61, 12),
     HeartbeatResponse(3, 1, 4),
     RequestVote(4, 5, 9, 100, 8, pre_vote=True),
     RequestVote(4, 5, 9, 100, 8, transfer=True),
@@ -66,3 +66,24 @@ def test_truncated_or_padded_bytes_are_rejected(message: Message) -> None:
 def test_unknown_kind() -> None:
     with pytest.raises(WireError):
         decode(b"\x63" + bytes(24))
+
+
+def test_a_garbage_config_entry_is_a_wire_error_not_a_core_error() -> None:
+    forged = AppendEntries(1, 2, 7, 0, 0, 0, (Entry(7, 1, EntryType.CONFIG, b"\xff" * 5),))
+    with pytest.raises(WireError, match="configuration"):
+        decode(encode(forged))
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        Heartbeat(1, 3, 2**63, 12),
+        Heartbeat(1, 3, 4, 2**64 - 1),
+        AppendEntries(1, 2, 7, 2**64 - 2, 0, 0, (Entry(7, 2**64 - 1, EntryType.NOOP, b""),)),
+        RequestVote(2**63, 5, 9, 100, 8),
+    ],
+    ids=["term", "commit", "index", "node"],
+)
+def test_numbers_no_peer_could_have_sent_are_rejected(message: Message) -> None:
+    with pytest.raises(WireError, match="out of range"):
+        decode(encode(message))
