@@ -104,6 +104,15 @@ class NodeProcess:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    def rss(self) -> int:
+        """The node process's resident set size (VmRSS), in bytes."""
+        assert self.process is not None
+        with open(f"/proc/{self.process.pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS in /proc status")
+
     def stop(self, timeout: float = 60.0) -> int:
         assert self.process is not None
         if self.process.poll() is None:

@@ -204,12 +204,12 @@ class RaftFuzz:
         return bytes(out)
 
 
-def send_connection(port: int, connection: Connection, timeout: float = 10.0) -> bool:
-    """Send one connection's bytes to the raft port on loopback, then read whatever comes
-    back until the node hangs up; False if it did not within `timeout` after our end."""
+def send_connection(port: int, data: bytes, timeout: float = 10.0) -> bool:
+    """Send one connection's bytes to a port on loopback, then read whatever comes back
+    until the node hangs up; False if it did not within `timeout` after our end."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
         try:
-            sock.sendall(connection.data)
+            sock.sendall(data)
             sock.shutdown(socket.SHUT_WR)
             while sock.recv(256 * 1024):
                 pass

@@ -32,16 +32,6 @@ UNAUTHORIZED = 400020
 MIB = 1 << 20
 
 
-def rss(node: NodeProcess) -> int:
-    """The node process's resident set size, in bytes."""
-    assert node.process is not None
-    with open(f"/proc/{node.process.pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS in /proc status")
-
-
 def sdk_served(node: NodeProcess, user: str | None = None) -> None:
     """A legitimate YDB SDK client connects, (logs in,) and lists the database."""
     credentials = None
@@ -119,7 +109,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
 async def test_unfinished_messages_are_bounded_per_connection(node: NodeProcess) -> None:
     """8 streams each sending most of a 40 MiB message that never completes: 320 MiB the
     node would buffer if it kept crediting bytes of unfinished messages."""
-    before = rss(node)
+    before = node.rss()
     size = 40 * MIB
     async with await trio.open_tcp_stream("127.0.0.1", node.grpc_port) as stream:
         client = RawClient(stream)
@@ -148,7 +138,7 @@ async def test_unfinished_messages_are_bounded_per_connection(node: NodeProcess)
                     break
             else:
                 await client.read_for(0.01)
-        grown = rss(node) - before
+        grown = node.rss() - before
         print(f"sent {sent // MIB} MiB, node RSS grew {grown // MIB} MiB")
         assert not client.eof
         # Bounded by the largest message plus the connection window (32 MiB), not by 320 MiB.
@@ -215,9 +205,9 @@ def flood_pings(node: NodeProcess, count: int) -> int:
 
 async def test_peer_that_never_reads_cannot_queue_replies(node: NodeProcess) -> None:
     """2 M PINGs, never reading a PING ACK: 34 MB of replies the node would queue."""
-    before = rss(node)
+    before = node.rss()
     sent = await trio.to_thread.run_sync(flood_pings, node, 2_000_000)
-    grown = rss(node) - before
+    grown = node.rss() - before
     print(f"sent {sent} PINGs, node RSS grew {grown // MIB} MiB")
     assert grown < 16 * MIB, grown
     await trio.to_thread.run_sync(sdk_served, node)

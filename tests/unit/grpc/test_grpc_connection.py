@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 
+import h2.config
 import h2.connection
 from h2.errors import ErrorCodes
 from hyperframe.frame import DataFrame
@@ -194,3 +195,31 @@ def test_waiting_streams_cannot_starve_the_admitted_one() -> None:
     failed = pair.take(pair.server_events, ev.StreamFailed)
     assert failed and all(f.status is StatusCode.RESOURCE_EXHAUSTED for f in failed)
     assert sids[1] not in {f.stream_id for f in failed}
+
+
+def _raw_client() -> h2.connection.H2Connection:
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    client.initiate_connection()
+    return client
+
+
+def test_a_request_whose_stream_a_later_frame_closed_is_dropped() -> None:
+    """A bad grpc-timeout is answered with trailers, but the client reset the stream in
+    the same read: the stream is forgotten and the connection goes on."""
+    server = GrpcConnection(client_side=False)
+    client = _raw_client()
+    headers = [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", "/t.S/M"),
+        (":authority", "h"),
+        ("content-type", "application/grpc"),
+        ("grpc-timeout", "x"),
+    ]
+    client.send_headers(1, headers)
+    client.reset_stream(1)
+    client.send_headers(3, headers[:5], end_stream=True)
+    events = server.receive_data(client.data_to_send())
+    assert not server.closed
+    requests = [e for e in events if isinstance(e, ev.RequestReceived)]
+    assert [r.stream_id for r in requests] == [3], events

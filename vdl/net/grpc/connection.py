@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import h2.events
 import h2.exceptions
 from h2.config import H2Configuration
+from h2.connection import ConnectionState
 from h2.errors import ErrorCodes
 from h2.settings import SettingCodes, Settings
 from hyperframe.frame import GoAwayFrame
@@ -245,7 +246,19 @@ class GrpcConnection:
         self._replies_queued += self._h2.queued_bytes - queued
         out: list[ev.Event] = []
         for event in h2_events:
-            self._translate(event, out)
+            try:
+                self._translate(event, out)
+            except h2.exceptions.ProtocolError as exc:
+                # h2 reads a whole batch before we answer any of it, so a later frame of
+                # the same read may have closed the stream (RST_STREAM, a higher stream
+                # id) or the connection (GOAWAY) an answer to an earlier one is for.
+                if self._h2.state_machine.state is not ConnectionState.CLOSED:
+                    self._forget(getattr(event, "stream_id", 0) or 0)
+                    continue
+                logger.warning("HTTP/2 connection closed by the peer's own frames: %s", exc)
+                self.closed = True
+                out.append(ev.ConnectionFailed(str(exc) or type(exc).__name__))
+                return out
         if self._starved:
             self._relieve_starvation(out)
         self._pump()
