@@ -284,3 +284,41 @@ def test_bad_certificate_files_stop_the_node(tmp_path: Path) -> None:
 
 def test_passwords_never_stored_or_logged(secure: SecureNode, tmp_path: Path) -> None:
     assert_no_passwords(secure.node.data_dir, secure.node.log_path, secure.users_file)
+
+
+def test_init_producer_id_needs_idempotent_write_or_some_topic_write(secure: SecureNode) -> None:
+    # bob may describe topic sec-c (so Metadata succeeds) but write nothing: as in Kafka
+    # (KIP-679), no producer id for him, and the client says why.
+    for args in (
+        ["topic", "create", "sec-idem"],
+        ["acl", "add", "--principal", "bob", "--topic", "sec-idem", "--operation", "describe"],
+    ):
+        done = secure.vdl(*args)
+        assert done.returncode == 0, done.stderr
+    config = _kp(secure, "PLAIN", "bob", PASSWORDS["bob"])
+    producer = KafkaProducer(**config, enable_idempotence=True, max_block_ms=8000)
+    try:
+        with pytest.raises(kerrors.KafkaError) as refused:
+            producer.send("sec-idem", b"x").get(timeout=20)
+        assert "ClusterAuthorizationFailed" in str(refused.value), refused.value
+    finally:
+        producer.close(5)
+    # IdempotentWrite on the cluster is enough for the id; the write itself is still denied.
+    done = secure.vdl(
+        "acl", "add", "--principal", "bob", "--cluster", "--operation", "idempotent_write"
+    )
+    assert done.returncode == 0, done.stderr
+    producer = KafkaProducer(**config, enable_idempotence=True, max_block_ms=8000)
+    try:
+        with pytest.raises(kerrors.TopicAuthorizationFailedError):
+            producer.send("sec-idem", b"x").get(timeout=20)
+    finally:
+        producer.close(5)
+    # alice, allowed Write on sec-a, gets her id and is served.
+    producer = KafkaProducer(
+        **_kp(secure, "PLAIN", "alice", PASSWORDS["alice"]), enable_idempotence=True
+    )
+    try:
+        assert producer.send(TOPIC_A, b"idempotent").get(timeout=20).offset >= 0
+    finally:
+        producer.close(5)
