@@ -322,3 +322,40 @@ def test_init_producer_id_needs_idempotent_write_or_some_topic_write(secure: Sec
         assert producer.send(TOPIC_A, b"idempotent").get(timeout=20).offset >= 0
     finally:
         producer.close(5)
+
+
+def test_failing_client_does_not_lock_out_its_address(tmp_path: Path) -> None:
+    # One client retrying a wrong password from 127.0.0.1 (librdkafka reconnects and tries
+    # again) slows only itself: everyone else on that address, and the same user with the
+    # right password, still log in, over Kafka and over YDB Login.
+    secure = start_secure_node(tmp_path, "--login-max-failures", "3")
+    try:
+        failing = Producer(
+            {
+                **_confluent(secure, "SCRAM-SHA-256", "bob", "not-the-password"),
+                "reconnect.backoff.ms": 50,
+                "reconnect.backoff.max.ms": 200,
+                "error_cb": lambda err: None,
+            }
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while secure.node.log().count("failed for user 'bob'") < 5:
+                assert time.monotonic() < deadline, "the wrong password was not retried"
+                failing.poll(0.2)
+            assert "answered after" in secure.node.log()
+            # The superuser (YDB Login) and bob himself, with the right password.
+            done = secure.vdl(
+                "acl", "add", "--principal", "bob", "--topic", TOPIC_A, "--operation", "write"
+            )
+            assert done.returncode == 0, done.stderr
+            for user in ("bob", "alice"):
+                err, errors = _confluent_produce(
+                    _confluent(secure, "SCRAM-SHA-256", user, PASSWORDS[user]), TOPIC_A, b"ok"
+                )
+                assert err is None, (user, err, errors)
+        finally:
+            failing.flush(0)
+        assert "too many failed logins" not in secure.node.log()
+    finally:
+        secure.node.stop(30)
