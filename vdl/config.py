@@ -65,6 +65,9 @@ class NodeConfig:
     retention_check_ms: int = 60_000
     max_message_bytes: int = 1024 * 1024 + 12  # Kafka's message.max.bytes default
     max_request_bytes: int = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes default
+    # The largest Kafka request before SASL authentication has succeeded (Kafka's
+    # sasl.server.max.receive.size): a larger one closes the connection.
+    sasl_server_max_receive_size: int = 512 * 1024
     # Kafka clients: a connection with no traffic and nothing in flight for this long is
     # closed (Kafka's connections.max.idle.ms); byte-rate quotas per client id for
     # produce and fetch, -1 for none (Kafka's producer_byte_rate / consumer_byte_rate).
@@ -310,6 +313,8 @@ def load_config(argv: Sequence[str], environ: Mapping[str, str]) -> NodeConfig:
             raise ConfigError("raft-tls-cert, raft-tls-key and raft-tls-ca must be given together")
         if not config.peers:
             raise ConfigError("raft-tls-cert needs peers")
+    if config.sasl_server_max_receive_size < 1:
+        raise ConfigError("sasl-server-max-receive-size must be at least 1")
     if config.connections_max_idle_ms < 1:
         raise ConfigError("connections-max-idle-ms must be at least 1")
     if config.producer_byte_rate == 0 or config.consumer_byte_rate == 0:

@@ -309,6 +309,7 @@ class Node:
                     config.consumer_byte_rate if config.consumer_byte_rate > 0 else None,
                 ),
                 connections_max_idle_ms=config.connections_max_idle_ms,
+                max_pre_auth_bytes=config.sasl_server_max_receive_size,
                 keepalive=KeepaliveTiming(
                     config.tcp_keepalive_idle_s,
                     config.tcp_keepalive_interval_s,

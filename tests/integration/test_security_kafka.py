@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -359,3 +360,24 @@ def test_failing_client_does_not_lock_out_its_address(tmp_path: Path) -> None:
         assert "too many failed logins" not in secure.node.log()
     finally:
         secure.node.stop(30)
+
+
+def test_large_frame_before_sasl_closes_the_connection(secure: SecureNode) -> None:
+    # Kafka's sasl.server.max.receive.size (512 KiB): before authentication a client may
+    # not announce a frame anywhere near --max-request-bytes.
+    context = ssl.create_default_context(cafile=str(secure.ca_file))
+    raw = socket.create_connection(("127.0.0.1", secure.node.kafka_port), timeout=10)
+    with context.wrap_socket(raw, server_hostname="localhost") as sock:
+        sock.sendall(struct.pack(">i", 600 * 1024) + b"\0" * 4096)
+        try:
+            assert sock.recv(4096) == b""  # closed, nothing answered
+        except ConnectionResetError:
+            pass
+    line = "frame size 614400 outside [0, 524288] before SASL authentication"
+    assert secure.node.log().count(line) == 1
+    # Once authenticated, larger requests are fine (up to --max-request-bytes).
+    value = b"v" * (700 * 1024)
+    err, errors = _confluent_produce(
+        _confluent(secure, "SCRAM-SHA-512", "alice", PASSWORDS["alice"]), TOPIC_A, value
+    )
+    assert err is None, (err, errors)

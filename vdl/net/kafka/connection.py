@@ -61,6 +61,7 @@ class KafkaConnection:
         *,
         quotas: KafkaQuotas | None = None,
         idle_timeout_s: float | None = None,
+        max_pre_auth_bytes: int | None = None,
     ) -> None:
         self._stream = stream
         self._quotas = quotas if quotas is not None and quotas.enabled else None
@@ -74,7 +75,19 @@ class KafkaConnection:
         self._peer = peer
         self._broker = broker
         self._node = node
-        self._decoder = FrameDecoder(max_request_bytes)
+        self._max_request_bytes = max_request_bytes
+        # Until SASL succeeds a frame may be at most this large (Kafka's
+        # sasl.server.max.receive.size): an unauthenticated client cannot make the node
+        # buffer a max-request-bytes frame.
+        self._pre_auth = (
+            self._auth is not None
+            and self._auth.sasl is not None
+            and max_pre_auth_bytes is not None
+        )
+        limit = max_request_bytes
+        if self._pre_auth and max_pre_auth_bytes is not None:
+            limit = min(max_request_bytes, max_pre_auth_bytes)
+        self._decoder = FrameDecoder(limit)
         self._reading = trio.CancelScope()
         self._draining = False
         # Set when reading is cut: data a read returned at that very moment must not be
@@ -124,6 +137,9 @@ class KafkaConnection:
         sock = self._stream.socket if isinstance(self._stream, trio.SocketStream) else None
         decoder = self._decoder
         while not self._draining:
+            if self._pre_auth and self._authenticated():
+                self._pre_auth = False
+                decoder.limit = self._max_request_bytes
             direct = decoder.direct_buffer() if sock is not None else None
             if sock is not None and direct is not None:
                 n = await sock.recv_into(direct)
@@ -139,7 +155,8 @@ class KafkaConnection:
                 try:
                     frames = decoder.feed(data)
                 except FrameTooLarge as exc:
-                    log.warning("closing connection from %s: %s", self._peer, exc)
+                    before = " before SASL authentication" if self._pre_auth else ""
+                    log.warning("closing connection from %s: %s%s", self._peer, exc, before)
                     return
             for frame in frames:
                 if self._quotas is not None:
@@ -160,6 +177,10 @@ class KafkaConnection:
                 nursery.start_soon(self._run, slot, pending)
                 if self._auth is not None and self._auth.failed:
                     return  # Kafka closes after a failed SASL step (once it is answered)
+
+    def _authenticated(self) -> bool:
+        sasl = self._auth.sasl if self._auth is not None else None
+        return sasl is not None and sasl.authenticated
 
     async def _quota_pause(self, quotas: KafkaQuotas, frame: memoryview) -> None:
         """Hold this client's next request back while it is over its quota."""

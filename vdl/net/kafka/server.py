@@ -36,8 +36,10 @@ class KafkaServer:
         quotas: KafkaQuotas | None = None,
         connections_max_idle_ms: int | None = None,
         keepalive: KeepaliveTiming = DEFAULT_KEEPALIVE,
+        max_pre_auth_bytes: int | None = None,
     ) -> None:
         self._keepalive = keepalive
+        self._max_pre_auth_bytes = max_pre_auth_bytes
         # One quota state for the whole listener: a client id is throttled across all
         # of its connections, as in Kafka.
         self._quotas = quotas
@@ -125,6 +127,7 @@ class KafkaServer:
             tls_principal,
             quotas=self._quotas,
             idle_timeout_s=self._idle_timeout_s,
+            max_pre_auth_bytes=self._max_pre_auth_bytes,
         )
         self._connections.add(connection)
         try:
