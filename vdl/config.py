@@ -68,6 +68,9 @@ class NodeConfig:
     # The largest Kafka request before SASL authentication has succeeded (Kafka's
     # sasl.server.max.receive.size): a larger one closes the connection.
     sasl_server_max_receive_size: int = 512 * 1024
+    # The most one Kafka Fetch response carries, whatever the client asks (Kafka's
+    # broker-side fetch.max.bytes, 55 MiB).
+    fetch_max_bytes: int = 55 * 1024 * 1024
     # Kafka clients: a connection with no traffic and nothing in flight for this long is
     # closed (Kafka's connections.max.idle.ms); byte-rate quotas per client id for
     # produce and fetch, -1 for none (Kafka's producer_byte_rate / consumer_byte_rate).
@@ -313,6 +316,8 @@ def load_config(argv: Sequence[str], environ: Mapping[str, str]) -> NodeConfig:
             raise ConfigError("raft-tls-cert, raft-tls-key and raft-tls-ca must be given together")
         if not config.peers:
             raise ConfigError("raft-tls-cert needs peers")
+    if config.fetch_max_bytes < 1:
+        raise ConfigError("fetch-max-bytes must be at least 1")
     if config.sasl_server_max_receive_size < 1:
         raise ConfigError("sasl-server-max-receive-size must be at least 1")
     if config.connections_max_idle_ms < 1:

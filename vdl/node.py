@@ -310,6 +310,7 @@ class Node:
                 ),
                 connections_max_idle_ms=config.connections_max_idle_ms,
                 max_pre_auth_bytes=config.sasl_server_max_receive_size,
+                fetch_max_bytes=config.fetch_max_bytes,
                 keepalive=KeepaliveTiming(
                     config.tcp_keepalive_idle_s,
                     config.tcp_keepalive_interval_s,

@@ -4,6 +4,13 @@ Each request's order-sensitive part runs inline as it is read (so pipelined prod
 requests append in order); the waiting parts run concurrently, and a writer task sends
 their responses strictly in request order, as every Kafka client requires.
 
+A Fetch starts reading only when it is next in line, i.e. once every earlier response has
+been handed to the socket: a client that pipelines fetches and never reads their answers
+makes the node hold at most one fetch response (at most ``--fetch-max-bytes``) for it,
+not one per request in flight. Kafka goes further and handles one request per connection
+at a time; Kafka clients send one fetch per connection at a time, so this costs them
+nothing, while pipelined produce requests still run concurrently.
+
 A response that is next in line when it becomes ready is written straight from its
 request's task (plain sockets, and only what the kernel takes without blocking): waking the
 writer task first costs a loop turn, which on a busy event loop (or a loaded machine) is a
@@ -28,12 +35,19 @@ from dataclasses import dataclass, field
 import trio
 
 from vdl.broker.broker import Broker
-from vdl.net.kafka.apis.context import NodeInfo, Pending, RequestContext, Response
+from vdl.net.kafka.apis.context import (
+    FETCH_MAX_BYTES,
+    NodeInfo,
+    Pending,
+    RequestContext,
+    Response,
+)
 from vdl.net.kafka.apis.dispatch import UnsupportedRequest, dispatch
 from vdl.net.kafka.apis.sasl import ConnectionAuth
 from vdl.net.kafka.framing import FrameDecoder, FrameTooLarge
 from vdl.net.kafka.header import MalformedRequest, parse_request_header
 from vdl.net.kafka.quotas import KafkaQuotas
+from vdl.net.kafka.versions import ApiKey
 from vdl.security.service import NO_SECURITY, Security
 
 log = logging.getLogger(__name__)
@@ -46,6 +60,8 @@ READ_SIZE = 256 * 1024
 class _Slot:
     done: trio.Event = field(default_factory=trio.Event)
     response: Response = None
+    # Set when the writer reaches this slot: every earlier response is written.
+    turn: trio.Event = field(default_factory=trio.Event)
 
 
 class KafkaConnection:
@@ -62,8 +78,10 @@ class KafkaConnection:
         quotas: KafkaQuotas | None = None,
         idle_timeout_s: float | None = None,
         max_pre_auth_bytes: int | None = None,
+        fetch_max_bytes: int = FETCH_MAX_BYTES,
     ) -> None:
         self._stream = stream
+        self._fetch_max_bytes = fetch_max_bytes
         self._quotas = quotas if quotas is not None and quotas.enabled else None
         # Kafka's connections.max.idle.ms: no bytes either way and nothing in flight.
         self._idle_timeout_s = idle_timeout_s
@@ -165,16 +183,17 @@ class KafkaConnection:
                     # Reading was cut while this read returned: its requests were never
                     # accepted, so nothing of them is stored (the client sees them fail).
                     return
-                pending = self._admit(frame)
-                if pending is None:
+                admitted = self._admit(frame)
+                if admitted is None:
                     return
+                pending, in_turn = admitted
                 slot = _Slot()
                 self._in_flight += 1
                 # Shielded: an admitted request (a produce is stored by now) must reach
                 # the writer, or its answer would be lost if reading is cut meanwhile.
                 with trio.CancelScope(shield=True):
                     await send.send(slot)
-                nursery.start_soon(self._run, slot, pending)
+                nursery.start_soon(self._run, slot, pending, in_turn)
                 if self._auth is not None and self._auth.failed:
                     return  # Kafka closes after a failed SASL step (once it is answered)
 
@@ -205,12 +224,13 @@ class KafkaConnection:
                     self._nursery.cancel_scope.cancel()
                     return
 
-    def _admit(self, frame: memoryview) -> Pending | None:
-        """Run the request's inline part; None closes the connection (after earlier replies)."""
+    def _admit(self, frame: memoryview) -> tuple[Pending, bool] | None:
+        """Run the request's inline part: its Pending, and whether that must wait for its
+        turn (see the module docstring). None closes the connection (after earlier replies)."""
         auth = self._auth
         if auth is not None and auth.raw_tokens:
             try:
-                return auth.raw_token(frame)
+                return auth.raw_token(frame), False
             except Exception:
                 log.exception("closing connection from %s: SASL token failed", self._peer)
                 return None
@@ -220,7 +240,14 @@ class KafkaConnection:
             log.warning("closing connection from %s: malformed request header: %s", self._peer, exc)
             return None
         if auth is None:
-            ctx = RequestContext(header, frame, self._broker, self._node, quotas=self._quotas)
+            ctx = RequestContext(
+                header,
+                frame,
+                self._broker,
+                self._node,
+                quotas=self._quotas,
+                fetch_max_bytes=self._fetch_max_bytes,
+            )
         else:
             if not auth.admits(header.api_key):
                 log.warning(
@@ -240,11 +267,12 @@ class KafkaConnection:
                 authorizer,
                 sasl,
                 quotas=self._quotas,
+                fetch_max_bytes=self._fetch_max_bytes,
             )
         try:
             if auth is not None and (handled := auth.handle(header, frame)) is not None:
-                return handled
-            return dispatch(ctx)
+                return handled, False
+            return dispatch(ctx), header.api_key == ApiKey.FETCH
         except UnsupportedRequest as exc:
             log.warning("closing connection from %s: %s", self._peer, exc)
         except MalformedRequest as exc:
@@ -264,8 +292,10 @@ class KafkaConnection:
             )
         return None
 
-    async def _run(self, slot: _Slot, pending: Pending) -> None:
+    async def _run(self, slot: _Slot, pending: Pending, in_turn: bool) -> None:
         try:
+            if in_turn:
+                await slot.turn.wait()
             slot.response = await pending()
             if slot is self._head and self._cancel_safe:
                 self._write_now(slot)
@@ -279,6 +309,7 @@ class KafkaConnection:
     async def _write_responses(self, receive: trio.MemoryReceiveChannel[_Slot]) -> None:
         async with receive:
             async for slot in receive:
+                slot.turn.set()
                 if not slot.done.is_set():
                     self._head = slot
                     try:

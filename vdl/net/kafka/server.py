@@ -9,7 +9,7 @@ import trio
 
 from vdl.broker.broker import Broker
 from vdl.config import HostPort
-from vdl.net.kafka.apis.context import NodeInfo
+from vdl.net.kafka.apis.context import FETCH_MAX_BYTES, NodeInfo
 from vdl.net.kafka.connection import KafkaConnection
 from vdl.net.kafka.keepalive import DEFAULT_KEEPALIVE, KeepaliveTiming, enable_keepalive
 from vdl.net.kafka.quotas import KafkaQuotas
@@ -37,7 +37,9 @@ class KafkaServer:
         connections_max_idle_ms: int | None = None,
         keepalive: KeepaliveTiming = DEFAULT_KEEPALIVE,
         max_pre_auth_bytes: int | None = None,
+        fetch_max_bytes: int = FETCH_MAX_BYTES,
     ) -> None:
+        self._fetch_max_bytes = fetch_max_bytes
         self._keepalive = keepalive
         self._max_pre_auth_bytes = max_pre_auth_bytes
         # One quota state for the whole listener: a client id is throttled across all
@@ -128,6 +130,7 @@ class KafkaServer:
             quotas=self._quotas,
             idle_timeout_s=self._idle_timeout_s,
             max_pre_auth_bytes=self._max_pre_auth_bytes,
+            fetch_max_bytes=self._fetch_max_bytes,
         )
         self._connections.add(connection)
         try:
