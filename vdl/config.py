@@ -75,6 +75,10 @@ class NodeConfig:
     # closed (Kafka's connections.max.idle.ms); byte-rate quotas per client id for
     # produce and fetch, -1 for none (Kafka's producer_byte_rate / consumer_byte_rate).
     connections_max_idle_ms: int = 600_000
+    # Open connections allowed on each client listener (Kafka, gRPC), in all and from one
+    # address (Kafka's max.connections, max.connections.per.ip): more are closed at once.
+    max_connections: int = 10_000
+    max_connections_per_ip: int = 1_000
     producer_byte_rate: int = -1
     consumer_byte_rate: int = -1
     # TCP keepalive on accepted Kafka connections: the first probe after this much
@@ -316,6 +320,8 @@ def load_config(argv: Sequence[str], environ: Mapping[str, str]) -> NodeConfig:
             raise ConfigError("raft-tls-cert, raft-tls-key and raft-tls-ca must be given together")
         if not config.peers:
             raise ConfigError("raft-tls-cert needs peers")
+    if config.max_connections < 1 or config.max_connections_per_ip < 1:
+        raise ConfigError("max-connections and max-connections-per-ip must be at least 1")
     if config.fetch_max_bytes < 1:
         raise ConfigError("fetch-max-bytes must be at least 1")
     if config.sasl_server_max_receive_size < 1:

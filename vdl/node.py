@@ -42,6 +42,7 @@ from vdl.net.kafka.control_codec import warm_up
 from vdl.net.kafka.keepalive import KeepaliveTiming
 from vdl.net.kafka.quotas import KafkaQuotas
 from vdl.net.kafka.server import KafkaServer
+from vdl.net.limits import ConnectionLimits
 from vdl.net.ydb.service import YdbFrontEnd
 from vdl.security.acl_store import AclStore
 from vdl.security.service import Security
@@ -311,6 +312,9 @@ class Node:
                 connections_max_idle_ms=config.connections_max_idle_ms,
                 max_pre_auth_bytes=config.sasl_server_max_receive_size,
                 fetch_max_bytes=config.fetch_max_bytes,
+                limits=ConnectionLimits(
+                    "Kafka", config.max_connections, config.max_connections_per_ip
+                ),
                 keepalive=KeepaliveTiming(
                     config.tcp_keepalive_idle_s,
                     config.tcp_keepalive_interval_s,
@@ -340,7 +344,12 @@ class Node:
                     ydb.auth.signer.adopt(token_key.secret)
                 token_key.on_secret.append(ydb.auth.signer.adopt)
             tls = config.tls_cert is not None and config.tls_key is not None
-            grpc = GrpcServer(ssl_context=self._grpc_tls)
+            grpc = GrpcServer(
+                ssl_context=self._grpc_tls,
+                limits=ConnectionLimits(
+                    "gRPC", config.max_connections, config.max_connections_per_ip
+                ),
+            )
             ydb.register(grpc)
             async with trio.open_nursery() as front_ends:
                 self.kafka_port = await front_ends.start(kafka.serve)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import socket
 import struct
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -80,4 +82,69 @@ def test_pipelined_fetches_never_read_hold_bounded_memory(tmp_path: Path) -> Non
             assert _consume(node.bootstrap, "big", 10) == 10
             peak = max(peak, _rss_mib(node))
         assert peak - before < 200, f"RSS grew from {before:.0f} to {peak:.0f} MiB"
+        assert node.alive()
+
+
+def _closed_by_server(sock: socket.socket, timeout: float = 10) -> bool:
+    sock.settimeout(timeout)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def _connect(port: int, source: str = "127.0.0.1") -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
+
+
+def _hold(port: int, source: str = "127.0.0.1") -> socket.socket:
+    """A connection the node keeps open (the node may still be counting a connection that
+    was just closed, such as NodeProcess's readiness probe: then try again)."""
+    for _ in range(20):
+        sock = _connect(port, source)
+        if not _closed_by_server(sock, 0.3):
+            return sock
+        sock.close()
+    raise AssertionError(f"no connection from {source} stays open")
+
+
+def test_connection_limits_on_kafka_and_grpc_listeners(tmp_path: Path) -> None:
+    limits = ("--max-connections", "5", "--max-connections-per-ip", "3")
+    with NodeProcess(tmp_path / "data", *limits) as node:
+        for port in (node.kafka_port, node.grpc_port):
+            held = [_hold(port) for _ in range(3)]
+            try:
+                # A fourth from the same address is closed at once; another address may
+                # still connect, until the listener's total is reached.
+                with _connect(port) as extra:
+                    assert _closed_by_server(extra)
+                held += [_hold(port, "127.0.0.2") for _ in range(2)]
+                with _connect(port, "127.0.0.3") as extra:
+                    assert _closed_by_server(extra)
+            finally:
+                for sock in held:
+                    sock.close()
+        log = node.log()
+        # One line per listener and limit (more within 10 s would be summed up, not logged).
+        assert log.count("(max-connections-per-ip 3)") == 2
+        assert log.count("(max-connections 5)") == 2
+        # Once those connections are gone, legitimate clients are served on both ports.
+        confluent_produce(node.bootstrap, "after-limits", [(b"k", b"v")])
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "vdl.cli",
+                "topic",
+                "list",
+                "--endpoint",
+                f"grpc://{node.grpc_address}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0 and "after-limits" in done.stdout, done.stderr
         assert node.alive()

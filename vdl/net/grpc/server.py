@@ -17,6 +17,7 @@ from typing import Literal, NoReturn
 
 import trio
 
+from ..limits import ConnectionLimits, peer_host, refuse
 from . import events as ev
 from .connection import GrpcConnection, GrpcSettings
 from .driver import READ_SIZE, CallIO, ConnectionDriver
@@ -262,8 +263,12 @@ class GrpcServer:
         settings: GrpcSettings | None = None,
         *,
         ssl_context: ssl.SSLContext | None = None,
+        limits: ConnectionLimits | None = None,
     ) -> None:
         self.settings = settings or GrpcSettings()
+        # Kafka's max.connections / max.connections.per.ip, checked as a connection is
+        # accepted (vdl/net/limits.py).
+        self.limits = limits or ConnectionLimits("gRPC")
         #: With a context, connections are TLS with ALPN h2; without, h2 prior knowledge.
         self.ssl_context = ssl_context
         self.methods: dict[str, _Method] = {}
@@ -339,7 +344,17 @@ class GrpcServer:
                 logger.warning("accept failed: %s", exc)
                 await trio.sleep(0.1)
                 continue
-            nursery.start_soon(self.serve_connection, stream)
+            host = peer_host(stream)
+            if not self.limits.admit(host):
+                await refuse(stream)
+                continue
+            nursery.start_soon(self._serve_counted, stream, host)
+
+    async def _serve_counted(self, stream: trio.SocketStream, host: str) -> None:
+        try:
+            await self.serve_connection(stream)
+        finally:
+            self.limits.release(host)
 
     async def serve_connection(self, stream: trio.abc.Stream, peer: str | None = None) -> None:
         """Serve one accepted connection until it closes (also used by ``memory.py``)."""

@@ -13,6 +13,7 @@ from vdl.net.kafka.apis.context import FETCH_MAX_BYTES, NodeInfo
 from vdl.net.kafka.connection import KafkaConnection
 from vdl.net.kafka.keepalive import DEFAULT_KEEPALIVE, KeepaliveTiming, enable_keepalive
 from vdl.net.kafka.quotas import KafkaQuotas
+from vdl.net.limits import ConnectionLimits, peer_host, refuse
 from vdl.security.service import NO_SECURITY, Security
 from vdl.security.tls import common_name
 
@@ -38,7 +39,9 @@ class KafkaServer:
         keepalive: KeepaliveTiming = DEFAULT_KEEPALIVE,
         max_pre_auth_bytes: int | None = None,
         fetch_max_bytes: int = FETCH_MAX_BYTES,
+        limits: ConnectionLimits | None = None,
     ) -> None:
+        self._limits = limits or ConnectionLimits("Kafka")
         self._fetch_max_bytes = fetch_max_bytes
         self._keepalive = keepalive
         self._max_pre_auth_bytes = max_pre_auth_bytes
@@ -88,7 +91,17 @@ class KafkaServer:
                 log.warning("accept failed: %s", exc)
                 await trio.sleep(0.1)
                 continue
-            nursery.start_soon(self._serve_connection, stream)
+            host = peer_host(stream)
+            if not self._limits.admit(host):
+                await refuse(stream)
+                continue
+            nursery.start_soon(self._serve_counted, stream, host)
+
+    async def _serve_counted(self, stream: trio.SocketStream, host: str) -> None:
+        try:
+            await self._serve_connection(stream)
+        finally:
+            self._limits.release(host)
 
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
         try:
