@@ -88,6 +88,11 @@ class AclEntry:
             raise AclError("empty resource name")
         if self.resource_type is ResourceType.CLUSTER and self.resource_name != CLUSTER_NAME:
             raise AclError(f"the cluster resource is named {CLUSTER_NAME!r}")
+        if (
+            self.operation is Operation.IDEMPOTENT_WRITE
+            and self.resource_type is not ResourceType.CLUSTER
+        ):
+            raise AclError("idempotent_write applies to the cluster only")
 
     def matches_resource(self, resource_type: ResourceType, name: str) -> bool:
         if self.resource_type is not resource_type:

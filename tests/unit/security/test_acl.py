@@ -126,3 +126,8 @@ def test_write_on_some_topic_by_resource_type() -> None:
         ALICE, Operation.IDEMPOTENT_WRITE
     )
     assert not _auth(AclEntry(ALICE, C, CLUSTER_NAME, W)).cluster(ALICE, Operation.IDEMPOTENT_WRITE)
+
+
+def test_idempotent_write_is_a_cluster_operation() -> None:
+    with pytest.raises(AclError, match="cluster only"):
+        AclEntry(ALICE, T, "a", Operation.IDEMPOTENT_WRITE)
