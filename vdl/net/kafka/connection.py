@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import trio
@@ -54,6 +55,7 @@ log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT = 64  # requests read ahead of their responses, per connection
 READ_SIZE = 256 * 1024
+SEND_CHUNK = 256 * 1024  # larger responses are sent in pieces of about this size
 
 
 @dataclass(slots=True)
@@ -318,7 +320,8 @@ class KafkaConnection:
                         self._head = None
                 response = slot.response
                 if response is not None:
-                    await self._stream.send_all(_joined(response))
+                    for chunk in _chunks(response):
+                        await self._stream.send_all(chunk)
                 self._in_flight -= 1
                 self._last_active = trio.current_time()
                 if self._draining and self._in_flight == 0:
@@ -336,8 +339,8 @@ class KafkaConnection:
         """Write what the socket takes of `slot`'s response without waiting; the writer
         task sends the rest (and meets any error, which this leaves to it)."""
         response = slot.response
-        if response is None:
-            return
+        if response is None or _size(response) > SEND_CHUNK:
+            return  # a large response goes out in chunks, from the writer task
         assert isinstance(self._stream, trio.SocketStream)
         fd = self._stream.socket.fileno()
         if fd < 0:
@@ -351,6 +354,38 @@ class KafkaConnection:
         if written:
             self._last_active = trio.current_time()
         slot.response = [memoryview(data)[written:]] if written < len(data) else None
+
+
+def _size(response: list[bytes | memoryview] | bytes) -> int:
+    if isinstance(response, bytes | bytearray):
+        return len(response)
+    return sum(memoryview(part).nbytes for part in response)
+
+
+def _chunks(response: list[bytes | memoryview] | bytes) -> Iterator[bytes | memoryview]:
+    """The response in pieces of about SEND_CHUNK bytes: small parts joined (one send each
+    piece), large ones as they are. Never the whole response joined: that would copy a
+    55 MiB fetch response once more, on the event loop, and hold it twice."""
+    if isinstance(response, bytes | bytearray):
+        yield response
+        return
+    group: list[bytes | memoryview] = []
+    grouped = 0
+    for part in response:
+        size = memoryview(part).nbytes
+        if size >= SEND_CHUNK:
+            if group:
+                yield _joined(group)
+                group, grouped = [], 0
+            yield part
+            continue
+        group.append(part)
+        grouped += size
+        if grouped >= SEND_CHUNK:
+            yield _joined(group)
+            group, grouped = [], 0
+    if group:
+        yield _joined(group)
 
 
 def _joined(response: list[bytes | memoryview] | bytes) -> bytes | memoryview:
