@@ -13,6 +13,7 @@ from confluent_kafka import Consumer
 
 from tests.integration.kafka_clients import confluent_produce
 from tests.integration.node_process import NodeProcess
+from tests.integration.security_support import write_tls_files
 
 _HUGE = 2**31 - 1
 
@@ -148,3 +149,21 @@ def test_connection_limits_on_kafka_and_grpc_listeners(tmp_path: Path) -> None:
         )
         assert done.returncode == 0 and "after-limits" in done.stdout, done.stderr
         assert node.alive()
+
+
+def test_unfinished_tls_handshake_is_dropped_after_the_idle_timeout(tmp_path: Path) -> None:
+    # A slowloris on the Kafka TLS port: TCP connected, not one TLS byte. As in Kafka, an
+    # unfinished handshake counts as idle: it goes after connections.max.idle.ms.
+    cert, key, ca = write_tls_files(tmp_path)
+    tls = ("--kafka-tls-cert", str(cert), "--kafka-tls-key", str(key))
+    with NodeProcess(tmp_path / "data", *tls, "--connections-max-idle-ms", "1000") as node:
+        with _connect(node.kafka_port) as slow:
+            assert _closed_by_server(slow, 5)
+        assert "TLS handshake with 127.0.0.1" in node.log()
+        assert "not finished within 1 s" in node.log()
+        confluent_produce(
+            node.bootstrap,
+            "after-slowloris",
+            [(b"k", b"v")],
+            **{"security.protocol": "SSL", "ssl.ca.location": str(ca)},
+        )

@@ -122,10 +122,16 @@ class KafkaServer:
             tls = trio.SSLStream(stream, self._ssl_context, server_side=True)
             try:
                 # Bounded: a client that never speaks TLS must not hold a task forever.
-                with trio.fail_after(_HANDSHAKE_TIMEOUT_S):
+                # A connection idle this long is closed anyway (connections.max.idle.ms,
+                # which in Kafka also ends an unfinished handshake).
+                timeout = min(_HANDSHAKE_TIMEOUT_S, self._idle_timeout_s or _HANDSHAKE_TIMEOUT_S)
+                with trio.fail_after(timeout):
                     await tls.do_handshake()
             except (trio.BrokenResourceError, trio.TooSlowError) as exc:
-                log.info("TLS handshake with %s failed: %s", peer, exc.__cause__ or exc)
+                why: object = exc.__cause__ or exc
+                if isinstance(exc, trio.TooSlowError):
+                    why = f"not finished within {timeout:g} s"
+                log.info("TLS handshake with %s failed: %s", peer, why)
                 with trio.CancelScope(shield=True), trio.move_on_after(1):
                     await stream.aclose()
                 return
