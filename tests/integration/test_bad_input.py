@@ -173,14 +173,16 @@ def _fuzz(node: NodeProcess, seed: int, count: int) -> None:
 def _fuzz_node(tmp_path: Path) -> NodeProcess:
     # No auto-creation: mutated topic names would otherwise become topics by the thousand.
     node = NodeProcess(tmp_path / "data", "--auto-create-topics", "false").start()
-    producer = KafkaProducer(bootstrap_servers=node.bootstrap)
     try:
         admin = KafkaAdminClient(bootstrap_servers=node.bootstrap)
-        admin.create_topics([NewTopic("t", num_partitions=1, replication_factor=1)])
-        admin.close()
-        producer.send("t", b"seed").get(timeout=30)
-    finally:
-        producer.close()
+        try:
+            admin.create_topics([NewTopic("t", num_partitions=1, replication_factor=1)])
+        finally:
+            admin.close()
+        _second_client_works(node, "t")
+    except BaseException:
+        node.kill()
+        raise
     return node
 
 
