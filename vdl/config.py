@@ -65,10 +65,20 @@ class NodeConfig:
     retention_check_ms: int = 60_000
     max_message_bytes: int = 1024 * 1024 + 12  # Kafka's message.max.bytes default
     max_request_bytes: int = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes default
+    # The largest Kafka request before SASL authentication has succeeded (Kafka's
+    # sasl.server.max.receive.size): a larger one closes the connection.
+    sasl_server_max_receive_size: int = 512 * 1024
+    # The most one Kafka Fetch response carries, whatever the client asks (Kafka's
+    # broker-side fetch.max.bytes, 55 MiB).
+    fetch_max_bytes: int = 55 * 1024 * 1024
     # Kafka clients: a connection with no traffic and nothing in flight for this long is
     # closed (Kafka's connections.max.idle.ms); byte-rate quotas per client id for
     # produce and fetch, -1 for none (Kafka's producer_byte_rate / consumer_byte_rate).
     connections_max_idle_ms: int = 600_000
+    # Open connections allowed on each client listener (Kafka, gRPC), in all and from one
+    # address (Kafka's max.connections, max.connections.per.ip): more are closed at once.
+    max_connections: int = 10_000
+    max_connections_per_ip: int = 1_000
     producer_byte_rate: int = -1
     consumer_byte_rate: int = -1
     # TCP keepalive on accepted Kafka connections: the first probe after this much
@@ -352,6 +362,12 @@ def load_config(argv: Sequence[str], environ: Mapping[str, str]) -> NodeConfig:
     ):
         if getattr(config, name) < 1:
             raise ConfigError(f"{name.replace('_', '-')} must be at least 1")
+    if config.max_connections < 1 or config.max_connections_per_ip < 1:
+        raise ConfigError("max-connections and max-connections-per-ip must be at least 1")
+    if config.fetch_max_bytes < 1:
+        raise ConfigError("fetch-max-bytes must be at least 1")
+    if config.sasl_server_max_receive_size < 1:
+        raise ConfigError("sasl-server-max-receive-size must be at least 1")
     if config.connections_max_idle_ms < 1:
         raise ConfigError("connections-max-idle-ms must be at least 1")
     if config.producer_byte_rate == 0 or config.consumer_byte_rate == 0:

@@ -43,6 +43,7 @@ from vdl.net.kafka.control_codec import warm_up
 from vdl.net.kafka.keepalive import KeepaliveTiming
 from vdl.net.kafka.quotas import KafkaQuotas
 from vdl.net.kafka.server import KafkaServer
+from vdl.net.limits import ConnectionLimits
 from vdl.net.listen import StartupError
 from vdl.net.ydb.service import YdbFrontEnd
 from vdl.security.acl_store import AclStore
@@ -323,6 +324,11 @@ class Node:
                     config.consumer_byte_rate if config.consumer_byte_rate > 0 else None,
                 ),
                 connections_max_idle_ms=config.connections_max_idle_ms,
+                max_pre_auth_bytes=config.sasl_server_max_receive_size,
+                fetch_max_bytes=config.fetch_max_bytes,
+                limits=ConnectionLimits(
+                    "Kafka", config.max_connections, config.max_connections_per_ip
+                ),
                 keepalive=KeepaliveTiming(
                     config.tcp_keepalive_idle_s,
                     config.tcp_keepalive_interval_s,
@@ -362,6 +368,9 @@ class Node:
                 ssl_context=self._grpc_tls,
                 idle_timeout=config.grpc_max_connection_idle_ms / 1000,
                 handshake_timeout=config.tls_handshake_timeout_ms / 1000,
+                limits=ConnectionLimits(
+                    "gRPC", config.max_connections, config.max_connections_per_ip
+                ),
             )
             ydb.register(grpc)
             async with trio.open_nursery() as front_ends:

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import os
+import random
 import socket
 import struct
+from pathlib import Path
 
 import pytest
 from kafka import KafkaProducer
-from kafka.protocol.metadata import ApiVersionsResponse
+from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest
 
 from tests.integration.node_process import NodeProcess
+from tests.unit.kafka.kafka_oracle import kp_frame
+from tests.unit.kafka.test_kafka_fuzz import mutate, seeds
 
 
 def _header(api_key: int, version: int, correlation_id: int = 7, client: bytes = b"bad") -> bytes:
@@ -68,7 +73,7 @@ def test_bad_request_closes_only_that_connection(node: NodeProcess, name: str) -
 
 def test_random_garbage_streams(node: NodeProcess) -> None:
     for seed in range(5):
-        rng = __import__("random").Random(seed)
+        rng = random.Random(seed)
         with socket.create_connection(("127.0.0.1", node.kafka_port)) as bad:
             garbage = bytes(rng.getrandbits(8) for _ in range(4096))
             # Keep the size prefix small so the node parses a frame instead of waiting.
@@ -110,3 +115,97 @@ def test_oversized_batch_is_refused_with_message_too_large(node: NodeProcess) ->
     assert errors and errors[0] is not None
     assert errors[0].code() == KafkaError.MSG_SIZE_TOO_LARGE
     _second_client_works(node, "big")
+
+
+def _fuzz_corpus() -> list[bytes]:
+    topics = [MetadataRequest.MetadataRequestTopic(name="t")]
+    return [
+        *seeds(),  # a Produce v8 and a Fetch v11 for topic "t"
+        bytes(kp_frame(MetadataRequest(version=4, topics=topics, allow_auto_topic_creation=False))),
+        bytes(
+            kp_frame(
+                ApiVersionsRequest(version=3, client_software_name="f", client_software_version="1")
+            )
+        ),
+    ]
+
+
+def _rss_mib(node: NodeProcess) -> float:
+    assert node.process is not None
+    with open(f"/proc/{node.process.pid}/status") as status:
+        line = next(x for x in status if x.startswith("VmRSS:"))
+    return int(line.split()[1]) / 1024
+
+
+def _fuzz(node: NodeProcess, seed: int, count: int) -> None:
+    """Send ``count`` random or mutated frames, one at a time: each gets an answer (the
+    connection goes on) or closes the connection (a new one is opened)."""
+    rng = random.Random(seed)
+    corpus = _fuzz_corpus()
+    sock: socket.socket | None = None
+    for _ in range(count):
+        if sock is None:
+            sock = socket.create_connection(("127.0.0.1", node.kafka_port), timeout=10)
+            # Closing with RST leaves no TIME_WAIT behind: a million connections fit.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.settimeout(0.5)
+        if rng.random() < 0.15:
+            payload = rng.randbytes(rng.randint(0, 64))
+        else:
+            payload = mutate(rng, rng.choice(corpus))
+        size = len(payload) if rng.random() < 0.95 else rng.choice([-1, 0, 1, 1 << 30])
+        try:
+            sock.sendall(struct.pack(">i", size) + payload)
+            if size != len(payload):
+                sock.shutdown(socket.SHUT_WR)  # a frame that never completes: say so
+            answered = sock.recv(65536)
+        except TimeoutError:
+            answered = b""  # a long poll, or a partial frame: move on
+        except OSError:
+            answered = b""
+        if not answered:
+            sock.close()
+            sock = None
+    if sock is not None:
+        sock.close()
+
+
+def _fuzz_node(tmp_path: Path) -> NodeProcess:
+    # No auto-creation: mutated topic names would otherwise become topics by the thousand.
+    node = NodeProcess(tmp_path / "data", "--auto-create-topics", "false").start()
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=node.bootstrap)
+        try:
+            admin.create_topics([NewTopic("t", num_partitions=1, replication_factor=1)])
+        finally:
+            admin.close()
+        _second_client_works(node, "t")
+    except BaseException:
+        node.kill()
+        raise
+    return node
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_kafka_port_fuzz(tmp_path: Path, seed: int) -> None:
+    node = _fuzz_node(tmp_path)
+    try:
+        _fuzz(node, seed, 1500)
+        assert node.alive()
+        _second_client_works(node, "t")
+    finally:
+        node.stop(30)
+
+
+@pytest.mark.slow
+def test_kafka_port_fuzz_long(tmp_path: Path) -> None:
+    node = _fuzz_node(tmp_path)
+    try:
+        before = _rss_mib(node)
+        for seed in range(100):
+            _fuzz(node, 1000 + seed, 10_000)  # 1,000,000 inputs in all
+            assert node.alive(), f"node exited during seed {1000 + seed}"
+        assert _rss_mib(node) - before < 500
+        _second_client_works(node, "t")
+    finally:
+        node.stop(60)

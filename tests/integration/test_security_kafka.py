@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -284,3 +285,99 @@ def test_bad_certificate_files_stop_the_node(tmp_path: Path) -> None:
 
 def test_passwords_never_stored_or_logged(secure: SecureNode, tmp_path: Path) -> None:
     assert_no_passwords(secure.node.data_dir, secure.node.log_path, secure.users_file)
+
+
+def test_init_producer_id_needs_idempotent_write_or_some_topic_write(secure: SecureNode) -> None:
+    # bob may describe topic sec-c (so Metadata succeeds) but write nothing: as in Kafka
+    # (KIP-679), no producer id for him, and the client says why.
+    for args in (
+        ["topic", "create", "sec-idem"],
+        ["acl", "add", "--principal", "bob", "--topic", "sec-idem", "--operation", "describe"],
+    ):
+        done = secure.vdl(*args)
+        assert done.returncode == 0, done.stderr
+    config = _kp(secure, "PLAIN", "bob", PASSWORDS["bob"])
+    producer = KafkaProducer(**config, enable_idempotence=True, max_block_ms=8000)
+    try:
+        with pytest.raises(kerrors.KafkaError) as refused:
+            producer.send("sec-idem", b"x").get(timeout=20)
+        assert "ClusterAuthorizationFailed" in str(refused.value), refused.value
+    finally:
+        producer.close(5)
+    # IdempotentWrite on the cluster is enough for the id; the write itself is still denied.
+    done = secure.vdl(
+        "acl", "add", "--principal", "bob", "--cluster", "--operation", "idempotent_write"
+    )
+    assert done.returncode == 0, done.stderr
+    producer = KafkaProducer(**config, enable_idempotence=True, max_block_ms=8000)
+    try:
+        with pytest.raises(kerrors.TopicAuthorizationFailedError):
+            producer.send("sec-idem", b"x").get(timeout=20)
+    finally:
+        producer.close(5)
+    # alice, allowed Write on sec-a, gets her id and is served.
+    producer = KafkaProducer(
+        **_kp(secure, "PLAIN", "alice", PASSWORDS["alice"]), enable_idempotence=True
+    )
+    try:
+        assert producer.send(TOPIC_A, b"idempotent").get(timeout=20).offset >= 0
+    finally:
+        producer.close(5)
+
+
+def test_failing_client_does_not_lock_out_its_address(tmp_path: Path) -> None:
+    # One client retrying a wrong password from 127.0.0.1 (librdkafka reconnects and tries
+    # again) slows only itself: everyone else on that address, and the same user with the
+    # right password, still log in, over Kafka and over YDB Login.
+    secure = start_secure_node(tmp_path, "--login-max-failures", "3")
+    try:
+        failing = Producer(
+            {
+                **_confluent(secure, "SCRAM-SHA-256", "bob", "not-the-password"),
+                "reconnect.backoff.ms": 50,
+                "reconnect.backoff.max.ms": 200,
+                "error_cb": lambda err: None,
+            }
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while secure.node.log().count("failed for user 'bob'") < 5:
+                assert time.monotonic() < deadline, "the wrong password was not retried"
+                failing.poll(0.2)
+            assert "answered after" in secure.node.log()
+            # The superuser (YDB Login) and bob himself, with the right password.
+            done = secure.vdl(
+                "acl", "add", "--principal", "bob", "--topic", TOPIC_A, "--operation", "write"
+            )
+            assert done.returncode == 0, done.stderr
+            for user in ("bob", "alice"):
+                err, errors = _confluent_produce(
+                    _confluent(secure, "SCRAM-SHA-256", user, PASSWORDS[user]), TOPIC_A, b"ok"
+                )
+                assert err is None, (user, err, errors)
+        finally:
+            failing.flush(0)
+        assert "too many failed logins" not in secure.node.log()
+    finally:
+        secure.node.stop(30)
+
+
+def test_large_frame_before_sasl_closes_the_connection(secure: SecureNode) -> None:
+    # Kafka's sasl.server.max.receive.size (512 KiB): before authentication a client may
+    # not announce a frame anywhere near --max-request-bytes.
+    context = ssl.create_default_context(cafile=str(secure.ca_file))
+    raw = socket.create_connection(("127.0.0.1", secure.node.kafka_port), timeout=10)
+    with context.wrap_socket(raw, server_hostname="localhost") as sock:
+        sock.sendall(struct.pack(">i", 600 * 1024) + b"\0" * 4096)
+        try:
+            assert sock.recv(4096) == b""  # closed, nothing answered
+        except ConnectionResetError:
+            pass
+    line = "frame size 614400 outside [0, 524288] before SASL authentication"
+    assert secure.node.log().count(line) == 1
+    # Once authenticated, larger requests are fine (up to --max-request-bytes).
+    value = b"v" * (700 * 1024)
+    err, errors = _confluent_produce(
+        _confluent(secure, "SCRAM-SHA-512", "alice", PASSWORDS["alice"]), TOPIC_A, value
+    )
+    assert err is None, (err, errors)

@@ -30,6 +30,9 @@ class Operation(enum.StrEnum):
     DELETE = "delete"
     ALTER = "alter"
     DESCRIBE = "describe"
+    # On the cluster only: lets a producer without Write on any topic get a producer id
+    # (Kafka's IdempotentWrite, KIP-679).
+    IDEMPOTENT_WRITE = "idempotent_write"
 
 
 class ResourceType(enum.StrEnum):
@@ -85,6 +88,11 @@ class AclEntry:
             raise AclError("empty resource name")
         if self.resource_type is ResourceType.CLUSTER and self.resource_name != CLUSTER_NAME:
             raise AclError(f"the cluster resource is named {CLUSTER_NAME!r}")
+        if (
+            self.operation is Operation.IDEMPOTENT_WRITE
+            and self.resource_type is not ResourceType.CLUSTER
+        ):
+            raise AclError("idempotent_write applies to the cluster only")
 
     def matches_resource(self, resource_type: ResourceType, name: str) -> bool:
         if self.resource_type is not resource_type:
@@ -176,11 +184,51 @@ class Authorizer:
     def cluster(self, principal: str | None, operation: Operation) -> bool:
         return self.allowed(principal, operation, ResourceType.CLUSTER, CLUSTER_NAME)
 
+    def may_write_some_topic(self, principal: str | None) -> bool:
+        """Is ``principal`` allowed WRITE on at least one topic name? Kafka's
+        authorizeByResourceType (KIP-679): some ALLOW entry grants WRITE on a topic name or
+        pattern, and no DENY entry covers every name that entry matches."""
+        if not self.enabled:
+            return True
+        who = principal or ANONYMOUS
+        if who in self.superusers:
+            return True
+        denials = [
+            e
+            for e in self.entries
+            if e.permission is Permission.DENY
+            and e.resource_type is ResourceType.TOPIC
+            and e.matches_principal(who)
+            and e.operation in (Operation.ALL, Operation.WRITE)
+        ]
+        for entry in self.entries:
+            if (
+                entry.permission is not Permission.ALLOW
+                or entry.resource_type is not ResourceType.TOPIC
+                or not entry.matches_principal(who)
+                or not entry.grants(Operation.WRITE)
+            ):
+                continue
+            if not any(_covers(deny, entry) for deny in denials):
+                return True
+        return False
+
     def may_create_topic(self, principal: str | None, name: str) -> bool:
         # Kafka: CREATE on the cluster, or on the topic (literal or prefixed) itself.
         return self.cluster(principal, Operation.CREATE) or self.topic(
             principal, Operation.CREATE, name
         )
+
+
+def _covers(deny: AclEntry, allow: AclEntry) -> bool:
+    """Does ``deny`` match every topic name that ``allow`` matches?"""
+    if deny.resource_name == WILDCARD and deny.pattern is Pattern.LITERAL:
+        return True
+    if allow.resource_name == WILDCARD and allow.pattern is Pattern.LITERAL:
+        return False
+    if deny.pattern is Pattern.PREFIXED:
+        return allow.resource_name.startswith(deny.resource_name)
+    return allow.pattern is Pattern.LITERAL and allow.resource_name == deny.resource_name
 
 
 ALLOW_ALL = Authorizer((), enabled=False)

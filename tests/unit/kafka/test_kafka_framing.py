@@ -146,3 +146,15 @@ def test_direct_received_checks_its_count() -> None:
     dec = FrameDecoder(1 << 20)
     with pytest.raises(ValueError):
         dec.direct_received(1)
+
+
+def test_limit_can_be_raised_between_reads() -> None:
+    dec = FrameDecoder(8)
+    assert [bytes(f) for f in dec.feed(framed(b"small"))] == [b"small"]
+    with pytest.raises(FrameTooLarge):
+        dec.feed(framed(b"x" * 9))
+    dec = FrameDecoder(8)
+    dec.limit = 64
+    assert [bytes(f) for f in dec.feed(framed(b"x" * 9))] == [b"x" * 9]
+    with pytest.raises(ValueError):
+        dec.limit = -1

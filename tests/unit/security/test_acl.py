@@ -93,3 +93,41 @@ def test_entries_round_trip_and_validate() -> None:
     assert normalize_principal("alice") == ALICE and normalize_principal("*") == "User:*"
     with pytest.raises(AclError):
         normalize_principal("Group:x")
+
+
+def test_write_on_some_topic_by_resource_type() -> None:
+    W, D = Operation.WRITE, Permission.DENY
+    assert not _auth().may_write_some_topic(ALICE)
+    assert _auth().may_write_some_topic("User:admin")
+    assert not _auth(AclEntry(ALICE, T, "a", Operation.READ)).may_write_some_topic(ALICE)
+    assert _auth(AclEntry(ALICE, T, "a", W)).may_write_some_topic(ALICE)
+    assert _auth(AclEntry("User:*", T, "a", Operation.ALL)).may_write_some_topic(ALICE)
+    assert not _auth(
+        AclEntry(ALICE, T, "a", W), AclEntry(ALICE, T, "a", W, D)
+    ).may_write_some_topic(ALICE)
+    # A prefixed deny covers the literal and narrower prefixes under it, not wider ones.
+    deny_p = AclEntry(ALICE, T, "p-", W, D, Pattern.PREFIXED)
+    assert not _auth(AclEntry(ALICE, T, "p-x", W), deny_p).may_write_some_topic(ALICE)
+    assert not _auth(
+        AclEntry(ALICE, T, "p-x", W, pattern=Pattern.PREFIXED), deny_p
+    ).may_write_some_topic(ALICE)
+    assert _auth(AclEntry(ALICE, T, "p", W, pattern=Pattern.PREFIXED), deny_p).may_write_some_topic(
+        ALICE
+    )
+    # A deny on every topic covers all; an allow on every topic survives a literal deny.
+    assert not _auth(
+        AclEntry(ALICE, T, "a", W), AclEntry(ALICE, T, "*", W, D)
+    ).may_write_some_topic(ALICE)
+    assert _auth(AclEntry(ALICE, T, "*", W), AclEntry(ALICE, T, "a", W, D)).may_write_some_topic(
+        ALICE
+    )
+    # IdempotentWrite is a cluster operation of its own; ALL on the cluster covers it.
+    assert _auth(AclEntry(ALICE, C, CLUSTER_NAME, Operation.IDEMPOTENT_WRITE)).cluster(
+        ALICE, Operation.IDEMPOTENT_WRITE
+    )
+    assert not _auth(AclEntry(ALICE, C, CLUSTER_NAME, W)).cluster(ALICE, Operation.IDEMPOTENT_WRITE)
+
+
+def test_idempotent_write_is_a_cluster_operation() -> None:
+    with pytest.raises(AclError, match="cluster only"):
+        AclEntry(ALICE, T, "a", Operation.IDEMPOTENT_WRITE)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import threading
+from functools import partial
 from pathlib import Path
 
 import pytest
+import trio
 import trustme
 
 from vdl.security.commands import user_add, user_passwd, user_remove
@@ -22,24 +25,55 @@ class _Clock:
         return self.now
 
 
-def test_throttle_denies_after_n_failures_per_window() -> None:
+def test_throttle_slows_failures_per_address_and_user() -> None:
     clock = _Clock()
-    throttle = LoginThrottle(3, 60.0, clock)
-    for _ in range(3):
-        assert throttle.retry_after("10.0.0.1") == 0
-        throttle.failed("10.0.0.1")
-        clock.now += 1
-    assert throttle.retry_after("10.0.0.1") == pytest.approx(57.0)
-    assert throttle.retry_after("10.0.0.2") == 0  # per address
-    clock.now += 58
-    assert throttle.retry_after("10.0.0.1") == 0  # the oldest failure aged out
+    throttle = LoginThrottle(3, 60.0, clock, max_delay_s=4.0)
+    assert [throttle.failed("10.0.0.1", "alice") for _ in range(3)] == [0, 0, 0]
+    # Beyond max_failures, each further failure waits longer, up to max_delay_s.
+    assert [throttle.failed("10.0.0.1", "alice") for _ in range(5)] == [0.5, 1, 2, 4, 4]
+    # Another user on the same address, and the same user elsewhere, are not slowed.
+    assert throttle.failed("10.0.0.1", "bob") == 0
+    assert throttle.failed("10.0.0.2", "alice") == 0
+    clock.now += 61
+    assert throttle.failed("10.0.0.1", "alice") == 0  # the old failures aged out
+
+
+def test_throttle_slows_an_address_spraying_names() -> None:
+    throttle = LoginThrottle(2, 60.0, _Clock())
+    delays = [throttle.failed("10.0.0.1", f"user-{i}") for i in range(21)]
+    assert delays[:20] == [0] * 20 and delays[20] > 0
+    assert LoginThrottle(0, 60.0, _Clock()).failed("h", "u") == 0  # 0 turns delays off
 
 
 def test_throttle_memory_is_bounded() -> None:
     throttle = LoginThrottle(1, 60.0, _Clock(), max_tracked=10)
     for i in range(100):
-        throttle.failed(f"10.0.0.{i}")
-    assert len(throttle._failures) == 10
+        throttle.failed(f"10.0.0.{i}", "x" * 10_000)
+    assert len(throttle._failures) <= 10
+    assert all(len(user or "") <= 256 for _, user in throttle._failures)
+
+
+async def test_password_checks_are_capped_per_address() -> None:
+    throttle = LoginThrottle(checks_per_host=2, check_threads=4)
+    release = threading.Event()
+    running: list[str] = []
+
+    def check(host: str) -> bool:
+        running.append(host)
+        release.wait(10)
+        return True
+
+    async with trio.open_nursery() as nursery:
+        for host in ("a", "a", "a", "b"):
+            nursery.start_soon(throttle.check_password, host, partial(check, host))
+        while len(running) < 3:
+            await trio.sleep(0.01)
+        await trio.sleep(0.1)
+        # Two of a's three checks run, the third waits; b is not behind a.
+        assert sorted(running) == ["a", "a", "b"]
+        assert throttle.checks_in_progress("a") == 3
+        release.set()
+    assert throttle.checks_in_progress("a") == 0 and not throttle._checking
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from typing import Literal, NoReturn
 
 import trio
 
+from vdl.net.limits import ConnectionLimits, peer_host, refuse
 from vdl.net.listen import open_listeners
 
 from . import events as ev
@@ -304,8 +305,12 @@ class GrpcServer:
         ssl_context: ssl.SSLContext | None = None,
         idle_timeout: float | None = None,
         handshake_timeout: float = _TLS_HANDSHAKE_TIMEOUT,
+        limits: ConnectionLimits | None = None,
     ) -> None:
         self.settings = settings or GrpcSettings()
+        # Kafka's max.connections / max.connections.per.ip, checked as a connection is
+        # accepted (vdl/net/limits.py).
+        self.limits = limits or ConnectionLimits("gRPC")
         #: With a context, connections are TLS with ALPN h2; without, h2 prior knowledge.
         self.ssl_context = ssl_context
         #: Seconds without calls or frames after which a connection is closed (None: never).
@@ -391,7 +396,17 @@ class GrpcServer:
                 logger.warning("accept failed: %s", exc)
                 await trio.sleep(0.1)
                 continue
-            nursery.start_soon(self.serve_connection, stream)
+            host = peer_host(stream)
+            if not self.limits.admit(host):
+                await refuse(stream)
+                continue
+            nursery.start_soon(self._serve_counted, stream, host)
+
+    async def _serve_counted(self, stream: trio.SocketStream, host: str) -> None:
+        try:
+            await self.serve_connection(stream)
+        finally:
+            self.limits.release(host)
 
     async def serve_connection(self, stream: trio.abc.Stream, peer: str | None = None) -> None:
         """Serve one accepted connection until it closes (also used by ``memory.py``)."""

@@ -4,6 +4,13 @@ Each request's order-sensitive part runs inline as it is read (so pipelined prod
 requests append in order); the waiting parts run concurrently, and a writer task sends
 their responses strictly in request order, as every Kafka client requires.
 
+A Fetch starts reading only when it is next in line, i.e. once every earlier response has
+been handed to the socket: a client that pipelines fetches and never reads their answers
+makes the node hold at most one fetch response (at most ``--fetch-max-bytes``) for it,
+not one per request in flight. Kafka goes further and handles one request per connection
+at a time; Kafka clients send one fetch per connection at a time, so this costs them
+nothing, while pipelined produce requests still run concurrently.
+
 A response that is next in line when it becomes ready is written straight from its
 request's task (plain sockets, and only what the kernel takes without blocking): waking the
 writer task first costs a loop turn, which on a busy event loop (or a loaded machine) is a
@@ -23,29 +30,40 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import trio
 
 from vdl.broker.broker import Broker
-from vdl.net.kafka.apis.context import NodeInfo, Pending, RequestContext, Response
+from vdl.net.kafka.apis.context import (
+    FETCH_MAX_BYTES,
+    NodeInfo,
+    Pending,
+    RequestContext,
+    Response,
+)
 from vdl.net.kafka.apis.dispatch import UnsupportedRequest, dispatch
 from vdl.net.kafka.apis.sasl import ConnectionAuth
 from vdl.net.kafka.framing import FrameDecoder, FrameTooLarge
 from vdl.net.kafka.header import MalformedRequest, parse_request_header
 from vdl.net.kafka.quotas import KafkaQuotas
+from vdl.net.kafka.versions import ApiKey
 from vdl.security.service import NO_SECURITY, Security
 
 log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT = 64  # requests read ahead of their responses, per connection
 READ_SIZE = 256 * 1024
+SEND_CHUNK = 256 * 1024  # larger responses are sent in pieces of about this size
 
 
 @dataclass(slots=True)
 class _Slot:
     done: trio.Event = field(default_factory=trio.Event)
     response: Response = None
+    # Set when the writer reaches this slot: every earlier response is written.
+    turn: trio.Event = field(default_factory=trio.Event)
 
 
 class KafkaConnection:
@@ -61,8 +79,11 @@ class KafkaConnection:
         *,
         quotas: KafkaQuotas | None = None,
         idle_timeout_s: float | None = None,
+        max_pre_auth_bytes: int | None = None,
+        fetch_max_bytes: int = FETCH_MAX_BYTES,
     ) -> None:
         self._stream = stream
+        self._fetch_max_bytes = fetch_max_bytes
         self._quotas = quotas if quotas is not None and quotas.enabled else None
         # Kafka's connections.max.idle.ms: no bytes either way and nothing in flight.
         self._idle_timeout_s = idle_timeout_s
@@ -74,7 +95,19 @@ class KafkaConnection:
         self._peer = peer
         self._broker = broker
         self._node = node
-        self._decoder = FrameDecoder(max_request_bytes)
+        self._max_request_bytes = max_request_bytes
+        # Until SASL succeeds a frame may be at most this large (Kafka's
+        # sasl.server.max.receive.size): an unauthenticated client cannot make the node
+        # buffer a max-request-bytes frame.
+        self._pre_auth = (
+            self._auth is not None
+            and self._auth.sasl is not None
+            and max_pre_auth_bytes is not None
+        )
+        limit = max_request_bytes
+        if self._pre_auth and max_pre_auth_bytes is not None:
+            limit = min(max_request_bytes, max_pre_auth_bytes)
+        self._decoder = FrameDecoder(limit)
         self._reading = trio.CancelScope()
         self._draining = False
         # Set when reading is cut: data a read returned at that very moment must not be
@@ -124,6 +157,9 @@ class KafkaConnection:
         sock = self._stream.socket if isinstance(self._stream, trio.SocketStream) else None
         decoder = self._decoder
         while not self._draining:
+            if self._pre_auth and self._authenticated():
+                self._pre_auth = False
+                decoder.limit = self._max_request_bytes
             direct = decoder.direct_buffer() if sock is not None else None
             if sock is not None and direct is not None:
                 n = await sock.recv_into(direct)
@@ -139,7 +175,8 @@ class KafkaConnection:
                 try:
                     frames = decoder.feed(data)
                 except FrameTooLarge as exc:
-                    log.warning("closing connection from %s: %s", self._peer, exc)
+                    before = " before SASL authentication" if self._pre_auth else ""
+                    log.warning("closing connection from %s: %s%s", self._peer, exc, before)
                     return
             for frame in frames:
                 if self._quotas is not None:
@@ -148,18 +185,23 @@ class KafkaConnection:
                     # Reading was cut while this read returned: its requests were never
                     # accepted, so nothing of them is stored (the client sees them fail).
                     return
-                pending = self._admit(frame)
-                if pending is None:
+                admitted = self._admit(frame)
+                if admitted is None:
                     return
+                pending, in_turn = admitted
                 slot = _Slot()
                 self._in_flight += 1
                 # Shielded: an admitted request (a produce is stored by now) must reach
                 # the writer, or its answer would be lost if reading is cut meanwhile.
                 with trio.CancelScope(shield=True):
                     await send.send(slot)
-                nursery.start_soon(self._run, slot, pending)
+                nursery.start_soon(self._run, slot, pending, in_turn)
                 if self._auth is not None and self._auth.failed:
                     return  # Kafka closes after a failed SASL step (once it is answered)
+
+    def _authenticated(self) -> bool:
+        sasl = self._auth.sasl if self._auth is not None else None
+        return sasl is not None and sasl.authenticated
 
     async def _quota_pause(self, quotas: KafkaQuotas, frame: memoryview) -> None:
         """Hold this client's next request back while it is over its quota."""
@@ -184,12 +226,13 @@ class KafkaConnection:
                     self._nursery.cancel_scope.cancel()
                     return
 
-    def _admit(self, frame: memoryview) -> Pending | None:
-        """Run the request's inline part; None closes the connection (after earlier replies)."""
+    def _admit(self, frame: memoryview) -> tuple[Pending, bool] | None:
+        """Run the request's inline part: its Pending, and whether that must wait for its
+        turn (see the module docstring). None closes the connection (after earlier replies)."""
         auth = self._auth
         if auth is not None and auth.raw_tokens:
             try:
-                return auth.raw_token(frame)
+                return auth.raw_token(frame), False
             except Exception:
                 log.exception("closing connection from %s: SASL token failed", self._peer)
                 return None
@@ -199,7 +242,14 @@ class KafkaConnection:
             log.warning("closing connection from %s: malformed request header: %s", self._peer, exc)
             return None
         if auth is None:
-            ctx = RequestContext(header, frame, self._broker, self._node, quotas=self._quotas)
+            ctx = RequestContext(
+                header,
+                frame,
+                self._broker,
+                self._node,
+                quotas=self._quotas,
+                fetch_max_bytes=self._fetch_max_bytes,
+            )
         else:
             if not auth.admits(header.api_key):
                 log.warning(
@@ -219,11 +269,12 @@ class KafkaConnection:
                 authorizer,
                 sasl,
                 quotas=self._quotas,
+                fetch_max_bytes=self._fetch_max_bytes,
             )
         try:
             if auth is not None and (handled := auth.handle(header, frame)) is not None:
-                return handled
-            return dispatch(ctx)
+                return handled, False
+            return dispatch(ctx), header.api_key == ApiKey.FETCH
         except UnsupportedRequest as exc:
             log.warning("closing connection from %s: %s", self._peer, exc)
         except MalformedRequest as exc:
@@ -243,8 +294,10 @@ class KafkaConnection:
             )
         return None
 
-    async def _run(self, slot: _Slot, pending: Pending) -> None:
+    async def _run(self, slot: _Slot, pending: Pending, in_turn: bool) -> None:
         try:
+            if in_turn:
+                await slot.turn.wait()
             slot.response = await pending()
             if slot is self._head and self._cancel_safe:
                 self._write_now(slot)
@@ -258,6 +311,7 @@ class KafkaConnection:
     async def _write_responses(self, receive: trio.MemoryReceiveChannel[_Slot]) -> None:
         async with receive:
             async for slot in receive:
+                slot.turn.set()
                 if not slot.done.is_set():
                     self._head = slot
                     try:
@@ -266,7 +320,8 @@ class KafkaConnection:
                         self._head = None
                 response = slot.response
                 if response is not None:
-                    await self._stream.send_all(_joined(response))
+                    for chunk in _chunks(response):
+                        await self._stream.send_all(chunk)
                 self._in_flight -= 1
                 self._last_active = trio.current_time()
                 if self._draining and self._in_flight == 0:
@@ -284,8 +339,8 @@ class KafkaConnection:
         """Write what the socket takes of `slot`'s response without waiting; the writer
         task sends the rest (and meets any error, which this leaves to it)."""
         response = slot.response
-        if response is None:
-            return
+        if response is None or _size(response) > SEND_CHUNK:
+            return  # a large response goes out in chunks, from the writer task
         assert isinstance(self._stream, trio.SocketStream)
         fd = self._stream.socket.fileno()
         if fd < 0:
@@ -299,6 +354,38 @@ class KafkaConnection:
         if written:
             self._last_active = trio.current_time()
         slot.response = [memoryview(data)[written:]] if written < len(data) else None
+
+
+def _size(response: list[bytes | memoryview] | bytes) -> int:
+    if isinstance(response, bytes | bytearray):
+        return len(response)
+    return sum(memoryview(part).nbytes for part in response)
+
+
+def _chunks(response: list[bytes | memoryview] | bytes) -> Iterator[bytes | memoryview]:
+    """The response in pieces of about SEND_CHUNK bytes: small parts joined (one send each
+    piece), large ones as they are. Never the whole response joined: that would copy a
+    55 MiB fetch response once more, on the event loop, and hold it twice."""
+    if isinstance(response, bytes | bytearray):
+        yield response
+        return
+    group: list[bytes | memoryview] = []
+    grouped = 0
+    for part in response:
+        size = memoryview(part).nbytes
+        if size >= SEND_CHUNK:
+            if group:
+                yield _joined(group)
+                group, grouped = [], 0
+            yield part
+            continue
+        group.append(part)
+        grouped += size
+        if grouped >= SEND_CHUNK:
+            yield _joined(group)
+            group, grouped = [], 0
+    if group:
+        yield _joined(group)
 
 
 def _joined(response: list[bytes | memoryview] | bytes) -> bytes | memoryview:

@@ -63,6 +63,18 @@ class FrameDecoder:
         self._filled = 0
 
     @property
+    def limit(self) -> int:
+        """The largest frame accepted; may change between reads (e.g. once a client has
+        authenticated, Kafka's sasl.server.max.receive.size no longer applies)."""
+        return self._limit
+
+    @limit.setter
+    def limit(self, value: int) -> None:
+        if value < 0:
+            raise ValueError("max_frame_bytes must be >= 0")
+        self._limit = value
+
+    @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as frames (for diagnostics)."""
         return self._buffered + self._filled + (4 if self._need is not None else 0)

@@ -9,10 +9,11 @@ import trio
 
 from vdl.broker.broker import Broker
 from vdl.config import HostPort
-from vdl.net.kafka.apis.context import NodeInfo
+from vdl.net.kafka.apis.context import FETCH_MAX_BYTES, NodeInfo
 from vdl.net.kafka.connection import KafkaConnection
 from vdl.net.kafka.keepalive import DEFAULT_KEEPALIVE, KeepaliveTiming, enable_keepalive
 from vdl.net.kafka.quotas import KafkaQuotas
+from vdl.net.limits import ConnectionLimits, peer_host, refuse
 from vdl.net.listen import open_listeners
 from vdl.security.service import NO_SECURITY, Security
 from vdl.security.tls import common_name
@@ -37,8 +38,14 @@ class KafkaServer:
         quotas: KafkaQuotas | None = None,
         connections_max_idle_ms: int | None = None,
         keepalive: KeepaliveTiming = DEFAULT_KEEPALIVE,
+        max_pre_auth_bytes: int | None = None,
+        fetch_max_bytes: int = FETCH_MAX_BYTES,
+        limits: ConnectionLimits | None = None,
     ) -> None:
+        self._limits = limits or ConnectionLimits("Kafka")
+        self._fetch_max_bytes = fetch_max_bytes
         self._keepalive = keepalive
+        self._max_pre_auth_bytes = max_pre_auth_bytes
         # One quota state for the whole listener: a client id is throttled across all
         # of its connections, as in Kafka.
         self._quotas = quotas
@@ -85,7 +92,17 @@ class KafkaServer:
                 log.warning("accept failed: %s", exc)
                 await trio.sleep(0.1)
                 continue
-            nursery.start_soon(self._serve_connection, stream)
+            host = peer_host(stream)
+            if not self._limits.admit(host):
+                await refuse(stream)
+                continue
+            nursery.start_soon(self._serve_counted, stream, host)
+
+    async def _serve_counted(self, stream: trio.SocketStream, host: str) -> None:
+        try:
+            await self._serve_connection(stream)
+        finally:
+            self._limits.release(host)
 
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
         try:
@@ -106,10 +123,16 @@ class KafkaServer:
             tls = trio.SSLStream(stream, self._ssl_context, server_side=True)
             try:
                 # Bounded: a client that never speaks TLS must not hold a task forever.
-                with trio.fail_after(_HANDSHAKE_TIMEOUT_S):
+                # A connection idle this long is closed anyway (connections.max.idle.ms,
+                # which in Kafka also ends an unfinished handshake).
+                timeout = min(_HANDSHAKE_TIMEOUT_S, self._idle_timeout_s or _HANDSHAKE_TIMEOUT_S)
+                with trio.fail_after(timeout):
                     await tls.do_handshake()
             except (trio.BrokenResourceError, trio.TooSlowError) as exc:
-                log.info("TLS handshake with %s failed: %s", peer, exc.__cause__ or exc)
+                why: object = exc.__cause__ or exc
+                if isinstance(exc, trio.TooSlowError):
+                    why = f"not finished within {timeout:g} s"
+                log.info("TLS handshake with %s failed: %s", peer, why)
                 with trio.CancelScope(shield=True), trio.move_on_after(1):
                     await stream.aclose()
                 return
@@ -126,6 +149,8 @@ class KafkaServer:
             tls_principal,
             quotas=self._quotas,
             idle_timeout_s=self._idle_timeout_s,
+            max_pre_auth_bytes=self._max_pre_auth_bytes,
+            fetch_max_bytes=self._fetch_max_bytes,
         )
         self._connections.add(connection)
         try:

@@ -220,25 +220,37 @@ class Authenticator:
         return self.security.authorizer.topic(principal, operation, name)
 
     def login(self, user: str, password: str, peer: str = "") -> str:
-        """A token for valid credentials; raises YdbError UNAUTHORIZED (also when throttled)."""
-        store = self.users
-        throttle = self.security.throttle
-        host = host_of(peer) if peer else ""
-        if store is not None and host and throttle.retry_after(host) > 0:
-            log.warning("Login from %s refused: too many failed logins", peer)
-            raise YdbError(StatusIds.UNAUTHORIZED, "too many failed logins; retry later")
-        if store is not None and not store.verify_password(user, password):
-            if host:
-                throttle.failed(host)
-            log.warning("Login from %s failed for user %r", peer or "?", user)
+        """A token for valid credentials; raises YdbError UNAUTHORIZED. Synchronous (the
+        slow check runs here): the Login RPC goes through ``handle_login`` instead."""
+        if self.users is not None and not self.users.verify_password(user, password):
+            self._refuse(user, peer)
             raise YdbError(StatusIds.UNAUTHORIZED, "invalid user or password")
         return self.signer.issue(user, self._clock_ms(), self.token_lifetime_ms)
 
-    async def handle_login(self, request: Any, context: ServerContext) -> Any:
-        # The pbkdf2 check takes tens of milliseconds: keep it off the event loop.
-        token = await trio.to_thread.run_sync(
-            self.login, request.user, request.password, context.peer
+    def _refuse(self, user: str, peer: str) -> float:
+        delay = self.security.throttle.failed(host_of(peer), user) if peer else 0.0
+        log.warning(
+            "Login from %s failed for user %r%s",
+            peer or "?",
+            user,
+            f" (answered after {delay:.1f} s)" if delay else "",
         )
+        return delay
+
+    async def handle_login(self, request: Any, context: ServerContext) -> Any:
+        store = self.users
+        user, password = request.user, request.password
+        if store is not None:
+            # The pbkdf2 check takes tens of milliseconds: on the password-check threads,
+            # in this address's turn (throttle.py); a failure's answer may be held back.
+            host = host_of(context.peer) if context.peer else ""
+            ok = await self.security.throttle.check_password(
+                host, lambda: store.verify_password(user, password)
+            )
+            if not ok:
+                await trio.sleep(self._refuse(user, context.peer))
+                raise YdbError(StatusIds.UNAUTHORIZED, "invalid user or password")
+        token = self.signer.issue(user, self._clock_ms(), self.token_lifetime_ms)
         return ydb_auth_pb2.LoginResult(token=token)
 
 

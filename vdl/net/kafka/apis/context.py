@@ -15,6 +15,8 @@ from vdl.security.acl import ALLOW_ALL, Authorizer, Operation
 # writes their responses in request order. None as a result means "send nothing" (acks=0).
 Response = list[bytes | memoryview] | bytes | None
 Pending = Callable[[], Awaitable[Response]]
+# Kafka's broker-side fetch.max.bytes default: the most one Fetch response carries.
+FETCH_MAX_BYTES = 55 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +38,7 @@ class RequestContext:
     authorizer: Authorizer = ALLOW_ALL
     sasl: bool = False  # SASL is enabled on this listener (ApiVersions lists its APIs)
     quotas: KafkaQuotas | None = None  # byte-rate quotas per client id, if configured
+    fetch_max_bytes: int = FETCH_MAX_BYTES  # clamps a Fetch's max_bytes (fetch.py)
 
     def may_topic(self, operation: Operation, topic: str) -> bool:
         return self.authorizer.topic(self.principal, operation, topic)

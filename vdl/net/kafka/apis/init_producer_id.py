@@ -1,4 +1,8 @@
-"""InitProducerId: a fresh producer id (epoch 0) for every idempotent producer."""
+"""InitProducerId: a fresh producer id (epoch 0) for every idempotent producer.
+
+As in Kafka (KIP-679), a producer id goes only to a principal allowed IdempotentWrite on
+the cluster or Write on at least one topic; anyone else gets CLUSTER_AUTHORIZATION_FAILED.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from kafka.protocol.producer import InitProducerIdResponse
 from vdl.log.error_codes import ErrorCode
 from vdl.net.kafka.apis.context import Pending, RequestContext, ready
 from vdl.net.kafka.control_codec import decode_request, encode_response
+from vdl.security.acl import Operation
 
 
 def handle_init_producer_id(ctx: RequestContext) -> Pending:
@@ -16,6 +21,17 @@ def handle_init_producer_id(ctx: RequestContext) -> Pending:
         response = InitProducerIdResponse(
             throttle_time_ms=0,
             error_code=int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+            producer_id=-1,
+            producer_epoch=-1,
+            version=ctx.version,
+        )
+    elif not (
+        ctx.may_cluster(Operation.IDEMPOTENT_WRITE)
+        or ctx.authorizer.may_write_some_topic(ctx.principal)
+    ):
+        response = InitProducerIdResponse(
+            throttle_time_ms=0,
+            error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
             producer_id=-1,
             producer_epoch=-1,
             version=ctx.version,

@@ -1,10 +1,11 @@
 """SaslHandshake, SaslAuthenticate and the gate in front of every other request.
 
 One :class:`ConnectionAuth` per connection wraps the sans-I/O :class:`SaslServer` and does
-the Kafka-side I/O around it: decoding the two APIs, running PLAIN's slow password check in
-a thread, throttling addresses with too many failures, and framing the raw tokens that
-follow a v0 handshake. Until the exchange succeeds, only ApiVersions and the two SASL APIs
-are admitted; anything else closes the connection, as Kafka does.
+the Kafka-side I/O around it: decoding the two APIs, running PLAIN's slow password check on
+the password-check threads, holding back the answers to repeated failures (throttle.py),
+and framing the raw tokens that follow a v0 handshake. Until the exchange succeeds, only
+ApiVersions and the two SASL APIs are admitted; anything else closes the connection, as
+Kafka does.
 """
 
 from __future__ import annotations
@@ -129,15 +130,10 @@ class ConnectionAuth:
     def _step(self, token: bytes, answer: _Answer) -> Pending:
         assert self.sasl is not None
         sasl = self.sasl
-        wait = self._security.throttle.retry_after(self._host)
-        if wait > 0 and sasl.state is not State.DONE:
-            err = sasl.refuse("too many failed logins")
-            log.warning("SASL from %s refused: too many failed logins", self._peer)
-            return ready(answer(err.code, f"too many failed logins; retry in {wait:.0f} s", b""))
         try:
             step: Step = sasl.authenticate(token)
         except SaslError as exc:
-            return ready(self._failure(exc, answer))
+            return self._failure(exc, answer)
         if isinstance(step, Challenge):
             return ready(answer(ErrorCode.NONE, None, step.data))
         if isinstance(step, Authenticated):
@@ -145,13 +141,16 @@ class ConnectionAuth:
         check: PasswordCheck = step
         users = self._security.users
         assert users is not None
+        throttle = self._security.throttle
 
         async def verify() -> Response:
-            ok = await trio.to_thread.run_sync(users.verify_password, check.user, check.password)
+            ok = await throttle.check_password(
+                self._host, lambda: users.verify_password(check.user, check.password)
+            )
             try:
                 done = sasl.password_checked(ok)
             except SaslError as exc:
-                return self._failure(exc, answer)
+                return await self._failure(exc, answer)()
             return self._success(done, answer)
 
         return verify
@@ -162,14 +161,27 @@ class ConnectionAuth:
         log.info("SASL %s: %s authenticated from %s", self._mechanism, done.principal, self._peer)
         return answer(ErrorCode.NONE, None, done.data)
 
-    def _failure(self, exc: SaslError, answer: _Answer) -> bytes | None:
-        if exc.code == ErrorCode.SASL_AUTHENTICATION_FAILED:
-            self._security.throttle.failed(self._host)
+    def _failure(self, exc: SaslError, answer: _Answer) -> Pending:
+        """The failure's answer; held back while this address and user keep failing."""
         user = self.sasl.user if self.sasl is not None else ""
+        delay = 0.0
+        if exc.code == ErrorCode.SASL_AUTHENTICATION_FAILED:
+            delay = self._security.throttle.failed(self._host, user)
         log.warning(
-            "SASL %s from %s failed for user %r: %s", self._mechanism, self._peer, user, exc.message
+            "SASL %s from %s failed for user %r: %s%s",
+            self._mechanism,
+            self._peer,
+            user,
+            exc.message,
+            f" (answered after {delay:.1f} s)" if delay else "",
         )
-        return answer(exc.code, exc.message, b"")
+        response = answer(exc.code, exc.message, b"")
+
+        async def slowed() -> Response:
+            await trio.sleep(delay)
+            return response
+
+        return slowed if delay else ready(response)
 
     @property
     def _mechanism(self) -> str:
