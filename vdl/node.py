@@ -198,6 +198,8 @@ class Node:
                         metadata_dc=config.metadata_dc,
                         leader_rebalance=config.leader_rebalance,
                         raft_tls=self._raft_tls,
+                        max_connections=config.max_connections,
+                        max_connections_per_ip=config.max_connections_per_ip,
                     ),
                     broker,
                     meta,

@@ -54,6 +54,7 @@ from vdl.consensus.transport import RaftTransport, send_admin_command
 from vdl.log.error_codes import ErrorCode
 from vdl.log.flusher import Flusher
 from vdl.log.stream import LogStream
+from vdl.net.limits import MAX_CONNECTIONS, MAX_CONNECTIONS_PER_IP, ConnectionLimits
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,9 @@ class ClusterSettings:
     leader_rebalance: bool = True  # partition leaders move to their preferred replica
     # Mutual TLS on every raft connection (README "Security"); None: plain TCP.
     raft_tls: PeerTls | None = None
+    # Connections the raft listener keeps open, in all and from one address.
+    max_connections: int = MAX_CONNECTIONS
+    max_connections_per_ip: int = MAX_CONNECTIONS_PER_IP
 
 
 @dataclass(slots=True)
@@ -116,6 +120,9 @@ class ClusterManager:
             settings.peers,
             self.router,
             tls=settings.raft_tls,
+            limits=ConnectionLimits(
+                "raft", settings.max_connections, settings.max_connections_per_ip
+            ),
         )
         self.router.on_forward = self._on_forward
         self.router.on_gossip = self._on_gossip

@@ -48,6 +48,7 @@ from vdl.consensus.snapshot_transfer import (
 )
 from vdl.consensus.snapshot_wire import decode_request
 from vdl.consensus.state import SnapshotMeta
+from vdl.net.limits import ConnectionLimits, peer_host, refuse
 from vdl.net.listen import open_listeners
 
 log = logging.getLogger(__name__)
@@ -68,8 +69,10 @@ class RaftTransport:
         *,
         queue_limit: int = 4096,
         tls: PeerTls | None = None,
+        limits: ConnectionLimits | None = None,
     ) -> None:
         self.node_id = node_id
+        self.limits = limits or ConnectionLimits("raft")
         self._tls = tls
         self._listen = listen
         self._router = router
@@ -145,6 +148,10 @@ class RaftTransport:
             task_status.started(self.port)
 
     async def _accept(self, tcp: trio.SocketStream) -> None:
+        host = peer_host(tcp)
+        if not self.limits.admit(host):
+            await refuse(tcp)
+            return
         try:
             await self._serve_connection(tcp)
         except Exception:
@@ -153,6 +160,8 @@ class RaftTransport:
             log.exception("raft connection from %s failed", remote_address(tcp))
             with trio.CancelScope(shield=True):
                 await tcp.aclose()
+        finally:
+            self.limits.release(host)
 
     async def _serve_connection(self, tcp: trio.SocketStream) -> None:
         stream: trio.abc.Stream = tcp

@@ -11,6 +11,7 @@ from vdl.consensus.frames import FrameError, FrameReader, encode_frame
 from vdl.consensus.messages import AppendEntries, Heartbeat, Message
 from vdl.consensus.router import GroupRouter
 from vdl.consensus.transport import RaftTransport
+from vdl.net.limits import ConnectionLimits
 
 
 class Box:
@@ -151,4 +152,35 @@ async def test_frames_stay_in_order_when_the_socket_takes_only_part_of_one() -> 
         await _until(lambda: len(b.boxes[1].got) == len(sent), timeout=30)
         assert b.boxes[1].got == sent
         assert a.transport.links[2].dropped == 0
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_raft_listener_keeps_its_connection_limits() -> None:
+    """`--max-connections-per-ip` covers the raft port too: over the limit, a connection
+    is closed at once (before any hello); once one goes, the next is admitted again."""
+    port = free_port()
+    transport = RaftTransport(
+        1,
+        ("127.0.0.1", port),
+        {},
+        GroupRouter(),
+        limits=ConnectionLimits("raft", max_connections=10, max_connections_per_ip=2),
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(transport.serve)
+        held = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(2)]
+        await _until(lambda: transport.limits.open == 2)
+        extra = await trio.open_tcp_stream("127.0.0.1", port)
+        with trio.fail_after(10):
+            try:
+                assert await extra.receive_some(1) == b""
+            except trio.BrokenResourceError:
+                pass  # reset rather than closed: refused all the same
+        await extra.aclose()
+        await held.pop().aclose()
+        await _until(lambda: transport.limits.open == 1)
+        again = await trio.open_tcp_stream("127.0.0.1", port)
+        await _until(lambda: transport.limits.open == 2)
+        for stream in (*held, again):
+            await stream.aclose()
         nursery.cancel_scope.cancel()
