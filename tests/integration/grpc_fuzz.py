@@ -14,7 +14,6 @@ from __future__ import annotations
 import random
 import struct
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 from hpack import Encoder
 from hyperframe.frame import (
@@ -30,6 +29,7 @@ from hyperframe.frame import (
     WindowUpdateFrame,
 )
 
+from tests.integration.fuzz_support import Connection, connections
 from tests.unit.grpc.h2_frames import PREFACE
 from vdl.net.grpc.framing import encode_message
 from vdl.net.ydb.protos import ydb_discovery_pb2, ydb_topic_pb2
@@ -51,12 +51,6 @@ PATHS = (
 _NUMBERS = (0, 1, 2, 3, 7, 2**14, 2**24 - 1, 2**31 - 1, 2**31, 2**32 - 1)
 
 
-@dataclass(frozen=True, slots=True)
-class Connection:
-    data: bytes
-    inputs: int  # the preface and each frame count as one input
-
-
 class GrpcFuzz:
     def __init__(self, seed: int, topic: str) -> None:
         self.rng = random.Random(seed)
@@ -65,11 +59,7 @@ class GrpcFuzz:
 
     def connections(self, inputs: int) -> Iterator[Connection]:
         """Connections until at least `inputs` inputs have been generated."""
-        made = 0
-        while made < inputs:
-            connection = self.connection()
-            made += connection.inputs
-            yield connection
+        return connections(self.connection, inputs)
 
     def connection(self) -> Connection:
         rng = self.rng

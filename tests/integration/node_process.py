@@ -138,3 +138,21 @@ class NodeProcess:
                 self.stop(30)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+def refused_start(data_dir: Path, *flags: str) -> list[str]:
+    """Start `python -m vdl.node` with `flags` expecting it to refuse: exit code 2, no
+    traceback, and its stderr lines, of which the last is the one error line (listeners
+    opened before the failing one may have said at INFO that they listen)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "vdl.node", "--data-dir", str(data_dir), *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines and lines[-1].startswith("vdl-node: "), lines
+    assert all(" INFO " in line for line in lines[:-1]), lines
+    return lines

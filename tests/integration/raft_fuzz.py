@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import json
 import random
-import socket
 import struct
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
+from tests.integration.fuzz_support import Connection, connections
 from vdl.backends.api import Entry, EntryType
 from vdl.cluster.leader_gossip import LeaderClaim, encode_claims
 from vdl.consensus.frames import encode_forward, encode_frame, encode_gossip, encode_hello
@@ -38,12 +37,6 @@ from vdl.consensus.state import SnapshotMeta
 _NUMBERS = (0, 1, 2, 3, 7, 2**31 - 1, 2**32, 2**61, 2**62, 2**63, 2**64 - 1)
 
 
-@dataclass(frozen=True, slots=True)
-class Connection:
-    data: bytes
-    inputs: int  # the hello (or what stands for it) and each frame count as one input
-
-
 class RaftFuzz:
     def __init__(self, seed: int, target: int, members: tuple[int, ...], groups: int) -> None:
         self.rng = random.Random(seed)
@@ -53,11 +46,7 @@ class RaftFuzz:
 
     def connections(self, inputs: int) -> Iterator[Connection]:
         """Connections until at least `inputs` inputs have been generated."""
-        made = 0
-        while made < inputs:
-            connection = self.connection()
-            made += connection.inputs
-            yield connection
+        return connections(self.connection, inputs)
 
     def connection(self) -> Connection:
         rng = self.rng
@@ -202,19 +191,3 @@ class RaftFuzz:
                 new = rng.choice((0, 7, 8, length - 1, length + 1, 2**26 + 1, 2**32 - 1))
                 struct.pack_into(">I", out, 0, max(0, min(new, 2**32 - 1)))
         return bytes(out)
-
-
-def send_connection(port: int, data: bytes, timeout: float = 10.0) -> bool:
-    """Send one connection's bytes to a port on loopback, then read whatever comes back
-    until the node hangs up; False if it did not within `timeout` after our end."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-        try:
-            sock.sendall(data)
-            sock.shutdown(socket.SHUT_WR)
-            while sock.recv(256 * 1024):
-                pass
-        except TimeoutError:
-            return False
-        except OSError:
-            pass  # reset by the node: it hung up
-    return True

@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient
 
 from tests.integration.acked_producer import NumberedProducer
 from tests.integration.cluster_support import Cluster, partition_seen_by
-from tests.integration.node_process import NodeProcess, free_port
+from tests.integration.node_process import NodeProcess, free_port, refused_start
 from tests.integration.security_support import Pki
 from vdl.consensus.frames import encode_hello
 from vdl.consensus.peer_tls import PeerTls, node_name, open_raft_stream
@@ -196,23 +196,7 @@ def test_unusable_raft_tls_files_stop_the_node_with_one_line(pki: Pki, tmp_path:
         (args, "raft-tls-cert needs peers"),
     ]
     for flags, needle in cases:
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "vdl.node",
-                "--data-dir",
-                str(tmp_path / "data"),
-                "--node-id",
-                "1",
-                *flags,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert done.returncode == 2, done.stderr
-        lines = done.stderr.strip().splitlines()
+        lines = refused_start(tmp_path / "data", "--node-id", "1", *flags)
         assert len(lines) == 1 and needle in lines[0], lines
 
 

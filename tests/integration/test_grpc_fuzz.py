@@ -16,9 +16,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.integration.fuzz_support import send_connection
 from tests.integration.grpc_fuzz import GrpcFuzz
 from tests.integration.node_process import NodeProcess
-from tests.integration.raft_fuzz import send_connection
 from tests.integration.test_grpc_hardening import sdk_served
 
 TOPIC = "fuzzed"

@@ -18,7 +18,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.integration.cluster_support import Cluster, partition_seen_by
-from tests.integration.raft_fuzz import RaftFuzz, send_connection
+from tests.integration.fuzz_support import send_connection
+from tests.integration.raft_fuzz import RaftFuzz
 from tests.integration.test_raft_port import TOPIC, produce_through_kafka
 
 TARGET = 3

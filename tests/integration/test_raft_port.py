@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +14,7 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.integration.cluster_support import Cluster
-from tests.integration.node_process import NodeProcess, free_port
+from tests.integration.node_process import NodeProcess, free_port, refused_start
 from tests.integration.security_support import add_users
 from vdl.backends.api import Entry, EntryType
 from vdl.consensus.frames import FORWARD_GROUP, encode_forward, encode_frame, encode_hello
@@ -129,27 +127,9 @@ def test_users_on_a_cluster_without_raft_tls_do_not_start(tmp_path: Path) -> Non
     add_users(users)
     peers = f"1=127.0.0.1:{free_port()},2=127.0.0.1:{free_port()}"
     for extra in ([], ["--raft-insecure", "true"]):
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "vdl.node",
-                "--data-dir",
-                str(tmp_path / "data"),
-                "--node-id",
-                "1",
-                "--peers",
-                peers,
-                "--users",
-                str(users),
-                *extra,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
+        lines = refused_start(
+            tmp_path / "data", "--node-id", "1", "--peers", peers, "--users", str(users), *extra
         )
-        assert done.returncode == 2, done.stderr
-        lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and "users on a cluster need raft TLS" in lines[0], lines
     assert not (tmp_path / "data").exists()
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import socket
 import ssl
 import struct
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +17,7 @@ from confluent_kafka.admin import AdminClient
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import errors as kerrors
 
-from tests.integration.node_process import free_port
+from tests.integration.node_process import free_port, refused_start
 from tests.integration.security_support import (
     GROUP_A,
     MECHANISMS,
@@ -258,28 +256,17 @@ def test_bad_certificate_files_stop_the_node(tmp_path: Path) -> None:
     other_key = tmp_path / "other.key"
     trustme.CA().issue_cert("x").private_key_pem.write_to_path(str(other_key))
     for key in (other_key, tmp_path / "missing.key"):
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "vdl.node",
-                "--data-dir",
-                str(tmp_path / "data"),
-                "--kafka-listen",
-                f"127.0.0.1:{free_port()}",
-                "--grpc-listen",
-                f"127.0.0.1:{free_port()}",
-                "--kafka-tls-cert",
-                str(cert),
-                "--kafka-tls-key",
-                str(key),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
+        lines = refused_start(
+            tmp_path / "data",
+            "--kafka-listen",
+            f"127.0.0.1:{free_port()}",
+            "--grpc-listen",
+            f"127.0.0.1:{free_port()}",
+            "--kafka-tls-cert",
+            str(cert),
+            "--kafka-tls-key",
+            str(key),
         )
-        assert done.returncode == 2, done.stderr
-        lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and ("does not match" in lines[0] or "does not exist" in lines[0])
 
 

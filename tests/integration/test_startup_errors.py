@@ -6,14 +6,12 @@ Each listener's port taken by another socket, and a data directory another node 
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.integration.node_process import NodeProcess, free_port
+from tests.integration.node_process import NodeProcess, free_port, refused_start
 
 
 @pytest.fixture
@@ -22,27 +20,6 @@ def taken_port() -> Iterator[int]:
         sock.bind(("127.0.0.1", free_port()))
         sock.listen()
         yield int(sock.getsockname()[1])
-
-
-def _start(data_dir: Path, *flags: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "vdl.node", "--data-dir", str(data_dir), *flags],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
-def _one_line(done: subprocess.CompletedProcess[str]) -> str:
-    """The one error line. Listeners opened before the failing one may have logged that
-    they listen (INFO lines); no traceback, and the error is the last word."""
-    assert done.returncode == 2, done.stderr
-    assert "Traceback" not in done.stderr, done.stderr
-    lines = done.stderr.strip().splitlines()
-    errors = [line for line in lines if line.startswith("vdl-node: ")]
-    assert errors == lines[-1:], lines
-    assert all(" INFO " in line for line in lines[:-1]), lines
-    return errors[0]
 
 
 @pytest.mark.parametrize("listener", ["Kafka", "gRPC", "raft"])
@@ -55,14 +32,14 @@ def test_a_taken_port_is_one_line_and_exit_2(
     if listener == "raft":
         peers = f"1=127.0.0.1:{taken_port},2=127.0.0.1:{free_port()},3=127.0.0.1:{free_port()}"
         flags += ["--node-id", "1", "--peers", peers, "--raft-insecure", "true"]
-    line = _one_line(_start(tmp_path / "data", *flags))
+    line = refused_start(tmp_path / "data", *flags)[-1]
     assert f"cannot listen for {listener} on 127.0.0.1:{taken_port}" in line, line
     assert "in use" in line, line
 
 
 def test_a_data_directory_in_use_is_one_line_and_exit_2(tmp_path: Path) -> None:
     with NodeProcess(tmp_path / "data") as running:
-        line = _one_line(_start(running.data_dir, "--kafka-listen", f"127.0.0.1:{free_port()}"))
+        line = refused_start(running.data_dir, "--kafka-listen", f"127.0.0.1:{free_port()}")[-1]
         assert "LOCK" in line and str(running.data_dir) in line, line
         # The running node was not disturbed.
         with socket.create_connection(("127.0.0.1", running.kafka_port), timeout=10):
