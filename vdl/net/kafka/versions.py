@@ -1,4 +1,4 @@
-"""The ApiVersions ranges VDL advertises (reference kafka-protocol.md §3).
+"""The ApiVersions ranges VDL advertises (the Kafka protocol guide's API keys and versions).
 
 Every range is capped at the API's last non-flexible version: flexible
 versions add obligations (KIP-360 epoch bumps, topic ids, batched layouts)
