@@ -312,3 +312,27 @@ def test_an_operator_certificate_names_vdl_operator() -> None:
     assert not certificate_is_operator(cert("vdl-operators", "vdl-node-1", "operator"))
     assert not certificate_is_operator({"subject": ((("commonName", "vdl-operator"),),)})
     assert not certificate_is_operator(None)
+
+
+async def test_a_tls_handshake_never_finished_loses_its_connection(pki: Pki) -> None:
+    """A slowloris on the raft TLS port: TCP connected, not one TLS byte, or a hello that
+    never comes. The node hangs up once the hello timeout passes, and its peer link
+    still carries messages."""
+    ports = {1: free_port(), 2: free_port()}
+    a, b = TlsNode(1, ports, pki.node(1)), TlsNode(2, ports, pki.node(2))
+    async with trio.open_nursery() as nursery:
+        await a.start(nursery)
+        await b.start(nursery)
+        silent = await trio.open_tcp_stream(*b.address)
+        half = await trio.open_tcp_stream(*b.address)
+        await half.send_all(b"\x16\x03\x01\x02\x00\x01")  # a ClientHello's first bytes
+        with trio.fail_after(30):
+            for stream in (silent, half):
+                try:
+                    assert await stream.receive_some(1) == b""
+                except trio.BrokenResourceError:
+                    pass  # reset rather than closed: dropped all the same
+                await stream.aclose()
+        a.transport.send(1, Heartbeat(1, 2, 1, 5))
+        await _until(lambda: b.box.got == [Heartbeat(1, 2, 1, 5)])
+        nursery.cancel_scope.cancel()
