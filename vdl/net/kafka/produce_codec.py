@@ -2,7 +2,7 @@
 
 Records stay opaque: each partition's ``records`` is a memoryview slice of
 the received frame, so a 1 MiB batch is never copied while decoding.  The
-library codec copies it (reference §6.3); this one only walks the headers.
+library codec copies it; this one only walks the headers.
 Batch validation is the caller's job (``vdl.log.record_batch``), per partition,
 so that one bad partition fails alone.
 """

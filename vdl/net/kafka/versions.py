@@ -58,7 +58,7 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_CONFIGS: (1, 3),
 }
 
-# Added to ADVERTISED only when SASL is configured (reference §3).
+# Added to ADVERTISED only when SASL is configured (KIP-43, KIP-152).
 SASL_ADVERTISED: dict[int, tuple[int, int]] = {
     ApiKey.SASL_HANDSHAKE: (0, 1),
     ApiKey.SASL_AUTHENTICATE: (0, 1),

@@ -2,7 +2,8 @@
 
 JoinGroup and a follower's SyncGroup are decided in request order (the synchronous part)
 and then held in the Pending coroutine until the coordinator answers them. Clients talk to
-the coordinator on a connection of its own (reference §1), so holding blocks nothing else.
+the coordinator (found by FindCoordinator) on a connection of its own, so holding blocks
+nothing else.
 """
 
 from __future__ import annotations

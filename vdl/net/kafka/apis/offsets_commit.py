@@ -1,4 +1,4 @@
-"""OffsetCommit and OffsetFetch: committed consumer offsets (reference §7.3)."""
+"""OffsetCommit and OffsetFetch: committed consumer offsets."""
 
 from __future__ import annotations
 
