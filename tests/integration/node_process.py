@@ -156,3 +156,14 @@ def refused_start(data_dir: Path, *flags: str) -> list[str]:
     assert lines and lines[-1].startswith("vdl-node: "), lines
     assert all(" INFO " in line for line in lines[:-1]), lines
     return lines
+
+
+def closed_by_node(sock: socket.socket, timeout: float = 10) -> bool:
+    """True if the node closes (or resets) `sock` within `timeout` without a byte."""
+    sock.settimeout(timeout)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False

@@ -75,17 +75,23 @@ def _closed_without_answer(sock: socket.socket) -> bool:
     return len(got) < 64
 
 
-async def _claim(address: tuple[str, int], tls: PeerTls, dial: int, claim: int) -> bytes:
-    """Dial node `dial` over TLS and say hello as node `claim`; what comes back."""
+async def _first_answer(address: tuple[str, int], tls: PeerTls, dial: int, data: bytes) -> bytes:
+    """Dial node `dial` over TLS, send `data`, and return the first bytes that come back
+    (empty if the node hangs up)."""
     stream = await open_raft_stream(address, tls, dial)
     try:
-        await stream.send_all(encode_hello(claim))
+        await stream.send_all(data)
         with trio.fail_after(10):
             return bytes(await stream.receive_some(65536))
     except trio.BrokenResourceError:
         return b""
     finally:
         await stream.aclose()
+
+
+async def _claim(address: tuple[str, int], tls: PeerTls, dial: int, claim: int) -> bytes:
+    """Dial node `dial` over TLS and say hello as node `claim`; what comes back."""
+    return await _first_answer(address, tls, dial, encode_hello(claim))
 
 
 def _admin(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
@@ -202,15 +208,7 @@ def test_unusable_raft_tls_files_stop_the_node_with_one_line(pki: Pki, tmp_path:
 
 async def _pull_head(address: tuple[str, int], tls: PeerTls, group: int) -> bytes:
     """Ask node 1 for a snapshot of `group` up to index 1; the first bytes of the answer."""
-    stream = await open_raft_stream(address, tls, 1)
-    try:
-        await stream.send_all(encode_request(group, 1, False))
-        with trio.fail_after(10):
-            return bytes(await stream.receive_some(65536))
-    except trio.BrokenResourceError:
-        return b""
-    finally:
-        await stream.aclose()
+    return await _first_answer(address, tls, 1, encode_request(group, 1, False))
 
 
 async def _admin_as(address: tuple[str, int], tls: PeerTls, command: dict[str, object]) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from confluent_kafka import Consumer
 
 from tests.integration.kafka_clients import confluent_produce
-from tests.integration.node_process import NodeProcess
+from tests.integration.node_process import NodeProcess, closed_by_node
 from tests.integration.security_support import write_tls_files
 
 _HUGE = 2**31 - 1
@@ -86,16 +86,6 @@ def test_pipelined_fetches_never_read_hold_bounded_memory(tmp_path: Path) -> Non
         assert node.alive()
 
 
-def _closed_by_server(sock: socket.socket, timeout: float = 10) -> bool:
-    sock.settimeout(timeout)
-    try:
-        return sock.recv(1) == b""
-    except ConnectionResetError:
-        return True
-    except TimeoutError:
-        return False
-
-
 def _connect(port: int, source: str = "127.0.0.1") -> socket.socket:
     return socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
 
@@ -105,7 +95,7 @@ def _hold(port: int, source: str = "127.0.0.1") -> socket.socket:
     was just closed, such as NodeProcess's readiness probe: then try again)."""
     for _ in range(20):
         sock = _connect(port, source)
-        if not _closed_by_server(sock, 0.3):
+        if not closed_by_node(sock, 0.3):
             return sock
         sock.close()
     raise AssertionError(f"no connection from {source} stays open")
@@ -120,10 +110,10 @@ def test_connection_limits_on_kafka_and_grpc_listeners(tmp_path: Path) -> None:
                 # A fourth from the same address is closed at once; another address may
                 # still connect, until the listener's total is reached.
                 with _connect(port) as extra:
-                    assert _closed_by_server(extra)
+                    assert closed_by_node(extra)
                 held += [_hold(port, "127.0.0.2") for _ in range(2)]
                 with _connect(port, "127.0.0.3") as extra:
-                    assert _closed_by_server(extra)
+                    assert closed_by_node(extra)
             finally:
                 for sock in held:
                     sock.close()
@@ -158,7 +148,7 @@ def test_unfinished_tls_handshake_is_dropped_after_the_idle_timeout(tmp_path: Pa
     tls = ("--kafka-tls-cert", str(cert), "--kafka-tls-key", str(key))
     with NodeProcess(tmp_path / "data", *tls, "--connections-max-idle-ms", "1000") as node:
         with _connect(node.kafka_port) as slow:
-            assert _closed_by_server(slow, 5)
+            assert closed_by_node(slow, 5)
         assert "TLS handshake with 127.0.0.1" in node.log()
         assert "not finished within 1 s" in node.log()
         confluent_produce(

@@ -17,7 +17,7 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.metadata.api_versions import ApiVersionsRequest
 
 from tests.integration.kafka_clients import confluent_create_topic
-from tests.integration.node_process import NodeProcess
+from tests.integration.node_process import NodeProcess, closed_by_node
 
 RATE = 20_000  # bytes per second, per client id and direction
 PAYLOAD = 100_000
@@ -31,16 +31,6 @@ def _api_versions(sock: socket.socket, correlation_id: int) -> None:
     assert len(sock.recv(size, socket.MSG_WAITALL)) == size
 
 
-def _closed_by_peer(sock: socket.socket, within: float) -> bool:
-    sock.settimeout(within)
-    try:
-        return sock.recv(1) == b""
-    except TimeoutError:
-        return False
-    except ConnectionResetError:
-        return True
-
-
 def test_idle_connections_are_closed_and_busy_ones_kept(tmp_path: Path) -> None:
     with NodeProcess(tmp_path / "data", "--connections-max-idle-ms", "1000") as node:
         idle = socket.create_connection(("127.0.0.1", node.kafka_port))
@@ -51,12 +41,12 @@ def test_idle_connections_are_closed_and_busy_ones_kept(tmp_path: Path) -> None:
                 _api_versions(busy, i)
                 time.sleep(0.3)
             # Meanwhile the silent one went away after about a second.
-            assert _closed_by_peer(idle, within=5)
+            assert closed_by_node(idle, 5)
             closed_after = time.monotonic() - started
             _api_versions(busy, 99)
             assert closed_after < 5
             # Once silent too, the busy one is closed as well.
-            assert _closed_by_peer(busy, within=5)
+            assert closed_by_node(busy, 5)
 
 
 def test_accepted_sockets_use_the_configured_tcp_keepalive(tmp_path: Path) -> None:
