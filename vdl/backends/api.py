@@ -20,11 +20,12 @@ entries only.
 from __future__ import annotations
 
 import enum
-import struct
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+from vdl.log.batch_header import HEADER_SIZE, offset_range
 
 # Any buffer a batch may be held in; stores hand out memoryviews of their own reads.
 Buffer = bytes | bytearray | memoryview
@@ -55,21 +56,14 @@ class CorruptionError(StorageError):
     """Stored bytes fail their checksum somewhere other than a torn tail."""
 
 
-_BASE_OFFSET = struct.Struct(">q")
-_LAST_OFFSET_DELTA = struct.Struct(">i")
-_BATCH_HEADER_SIZE = 61
-
-
 def batch_offsets(payload: Buffer) -> tuple[int, int]:
     """Return (first, last) record offset of a RecordBatch v2 payload.
 
     Backends need only these two header fields to index data entries by record offset.
     """
-    if len(payload) < _BATCH_HEADER_SIZE:
+    if len(payload) < HEADER_SIZE:
         raise StorageError(f"record batch too short: {len(payload)} bytes")
-    base = _BASE_OFFSET.unpack_from(payload, 0)[0]
-    last_delta = _LAST_OFFSET_DELTA.unpack_from(payload, 23)[0]
-    return base, base + last_delta
+    return offset_range(payload)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,25 +4,42 @@ Protocol-neutral: the Kafka front end stores produced batches as they came
 (after ``validate_produced_batch`` and ``assign_offsets``), and the YDB front
 end builds batches with ``build_batch`` and reads them with ``iter_records``.
 
-Header layout (61 bytes, big-endian): baseOffset i64, batchLength i32,
-partitionLeaderEpoch i32, magic i8, crc u32, attributes i16, lastOffsetDelta
-i32, firstTimestamp i64, maxTimestamp i64, producerId i64, producerEpoch i16,
-baseSequence i32, recordCount i32, then the (possibly compressed) records.
-The CRC-32C covers [21, end): baseOffset and partitionLeaderEpoch are outside
-it so the broker can stamp them without recomputing.
+The header layout, its attribute bits and the CRC are ``batch_header``'s (re-exported
+here for the callers that build, check and decode whole batches); this module adds the
+records inside a batch and the rules a produced batch must follow.
 """
 
 from __future__ import annotations
 
 import gzip
-import struct
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal, overload
 
-import crc32c as _crc32c
-
+from vdl.log.batch_header import (
+    ATTR_CONTROL,
+    ATTR_TIMESTAMP_LOG_APPEND,
+    ATTR_TRANSACTIONAL,
+    COMPRESSION_GZIP,
+    COMPRESSION_LZ4,
+    COMPRESSION_NONE,
+    COMPRESSION_SNAPPY,
+    COMPRESSION_ZSTD,
+    LOG_OVERHEAD,
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    BatchInfo,
+    batch_length,
+    compute_crc,
+    crc32c,
+    read_header,
+    set_base_offset,
+    set_log_append_time,
+    set_partition_leader_epoch,
+    write_header,
+)
+from vdl.log.batch_header import HEADER_SIZE as BATCH_HEADER_SIZE
 from vdl.log.error_codes import ErrorCode
 
 __all__ = [
@@ -35,6 +52,8 @@ __all__ = [
     "COMPRESSION_NONE",
     "COMPRESSION_SNAPPY",
     "COMPRESSION_ZSTD",
+    "TIMESTAMP_CREATE_TIME",
+    "TIMESTAMP_LOG_APPEND_TIME",
     "BatchInfo",
     "DecodedRecord",
     "InvalidBatch",
@@ -49,33 +68,6 @@ __all__ = [
     "validate_produced_batch",
 ]
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-BATCH_HEADER_SIZE = _HEADER.size  # 61
-# batchLength counts the bytes after itself.
-_LOG_OVERHEAD = 12
-_MAGIC_OFFSET = 16
-_CRC_OFFSET = 17
-_ATTRIBUTES_OFFSET = 21
-_MAX_TIMESTAMP_OFFSET = 35
-
-COMPRESSION_NONE = 0
-COMPRESSION_GZIP = 1
-COMPRESSION_SNAPPY = 2
-COMPRESSION_LZ4 = 3
-COMPRESSION_ZSTD = 4
-_COMPRESSION_MASK = 0x07
-ATTR_TIMESTAMP_LOG_APPEND = 0x08
-ATTR_TRANSACTIONAL = 0x10
-ATTR_CONTROL = 0x20
-
-TIMESTAMP_CREATE_TIME = 0
-TIMESTAMP_LOG_APPEND_TIME = 1
-
-
-def crc32c(data: bytes | bytearray | memoryview) -> int:
-    """CRC-32C (Castagnoli), hardware accelerated by the ``crc32c`` package."""
-    return int(_crc32c.crc32c(data))
-
 
 class InvalidBatch(Exception):
     """A batch broke a format rule; ``error_code`` is the Kafka code to answer with."""
@@ -88,59 +80,6 @@ class InvalidBatch(Exception):
 
 class UnsupportedCodec(NotImplementedError):
     """Records compressed with a codec this module cannot (de)compress."""
-
-
-@dataclass(frozen=True, slots=True)
-class BatchInfo:
-    base_offset: int
-    length: int  # the batchLength field; the batch occupies length + 12 bytes
-    partition_leader_epoch: int
-    magic: int
-    crc: int
-    attributes: int
-    last_offset_delta: int
-    first_timestamp: int
-    max_timestamp: int
-    producer_id: int
-    producer_epoch: int
-    base_sequence: int
-    record_count: int
-
-    @property
-    def compression(self) -> int:
-        return self.attributes & _COMPRESSION_MASK
-
-    @property
-    def is_transactional(self) -> bool:
-        return bool(self.attributes & ATTR_TRANSACTIONAL)
-
-    @property
-    def is_control(self) -> bool:
-        return bool(self.attributes & ATTR_CONTROL)
-
-    @property
-    def timestamp_type(self) -> int:
-        """0 = CreateTime, 1 = LogAppendTime."""
-        return 1 if self.attributes & ATTR_TIMESTAMP_LOG_APPEND else 0
-
-    @property
-    def size(self) -> int:
-        return self.length + _LOG_OVERHEAD
-
-    @property
-    def last_offset(self) -> int:
-        return self.base_offset + self.last_offset_delta
-
-    @property
-    def next_offset(self) -> int:
-        return self.base_offset + self.last_offset_delta + 1
-
-    @property
-    def last_sequence(self) -> int:
-        """baseSequence + lastOffsetDelta, wrapping at 2^31-1 as Kafka does."""
-        if self.base_sequence < 0:
-            return -1
-        return (self.base_sequence + self.last_offset_delta) % 0x80000000
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +103,7 @@ def parse_batch_header(buf: bytes | bytearray | memoryview) -> BatchInfo:
     """Read the 61-byte header at the start of buf (no CRC or size checks)."""
     if len(buf) < BATCH_HEADER_SIZE:
         raise InvalidBatch(ErrorCode.CORRUPT_MESSAGE, f"batch header truncated ({len(buf)} bytes)")
-    return BatchInfo(*_HEADER.unpack_from(buf, 0))
+    return read_header(buf)
 
 
 def validate_produced_batch(
@@ -179,12 +118,12 @@ def validate_produced_batch(
     if records is None or len(records) == 0:
         raise InvalidBatch(ErrorCode.INVALID_RECORD, "records must hold exactly one batch")
     total = len(records)
-    if total < _LOG_OVERHEAD:
+    if total < LOG_OVERHEAD:
         raise InvalidBatch(ErrorCode.CORRUPT_MESSAGE, f"batch framing truncated ({total} bytes)")
-    (batch_length,) = struct.unpack_from(">i", records, 8)
-    size = batch_length + _LOG_OVERHEAD
+    length = batch_length(records)
+    size = length + LOG_OVERHEAD
     if size < BATCH_HEADER_SIZE:
-        raise InvalidBatch(ErrorCode.CORRUPT_MESSAGE, f"batch length {batch_length} too small")
+        raise InvalidBatch(ErrorCode.CORRUPT_MESSAGE, f"batch length {length} too small")
     if size > max_batch_bytes:
         raise InvalidBatch(
             ErrorCode.MESSAGE_TOO_LARGE, f"batch of {size} bytes exceeds {max_batch_bytes}"
@@ -197,10 +136,10 @@ def validate_produced_batch(
         raise InvalidBatch(
             ErrorCode.INVALID_RECORD, "records must hold exactly one batch (extra bytes follow)"
         )
-    info = BatchInfo(*_HEADER.unpack_from(records, 0))
+    info = read_header(records)
     if info.magic != 2:
         raise InvalidBatch(ErrorCode.INVALID_RECORD, f"magic {info.magic}, only 2 is accepted")
-    actual = crc32c(memoryview(records)[_ATTRIBUTES_OFFSET:])
+    actual = compute_crc(records)
     if actual != info.crc:
         raise InvalidBatch(
             ErrorCode.CORRUPT_MESSAGE, f"CRC mismatch: stored {info.crc:#010x}, got {actual:#010x}"
@@ -275,13 +214,10 @@ def assign_offsets(
         out = records
     else:
         out = bytearray(records)
-    struct.pack_into(">q", out, 0, base_offset)
-    struct.pack_into(">i", out, 12, leader_epoch)
+    set_base_offset(out, base_offset)
+    set_partition_leader_epoch(out, leader_epoch)
     if log_append_time_ms is not None:
-        (attrs,) = struct.unpack_from(">h", out, _ATTRIBUTES_OFFSET)
-        struct.pack_into(">h", out, _ATTRIBUTES_OFFSET, attrs | ATTR_TIMESTAMP_LOG_APPEND)
-        struct.pack_into(">q", out, _MAX_TIMESTAMP_OFFSET, log_append_time_ms)
-        struct.pack_into(">I", out, _CRC_OFFSET, crc32c(memoryview(out)[_ATTRIBUTES_OFFSET:]))
+        set_log_append_time(out, log_append_time_ms)
     return out
 
 
@@ -347,24 +283,19 @@ def build_batch(
     attributes = compression | (ATTR_TRANSACTIONAL if is_transactional else 0)
     out = bytearray(BATCH_HEADER_SIZE)
     out += payload
-    _HEADER.pack_into(
+    write_header(
         out,
-        0,
-        base_offset,
-        len(out) - _LOG_OVERHEAD,
-        partition_leader_epoch,
-        2,
-        0,
-        attributes,
-        len(records) - 1,
-        first_ts,
-        max_ts,
-        producer_id,
-        producer_epoch,
-        base_sequence,
-        len(records),
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        attributes=attributes,
+        last_offset_delta=len(records) - 1,
+        base_timestamp=first_ts,
+        max_timestamp=max_ts,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        record_count=len(records),
     )
-    struct.pack_into(">I", out, _CRC_OFFSET, crc32c(memoryview(out)[_ATTRIBUTES_OFFSET:]))
     return bytes(out)
 
 
@@ -406,9 +337,9 @@ def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[memoryview]:
     view = memoryview(buf)
     pos = 0
     end = len(view)
-    while pos + _LOG_OVERHEAD <= end:
-        (length,) = struct.unpack_from(">i", view, pos + 8)
-        size = length + _LOG_OVERHEAD
+    while pos + LOG_OVERHEAD <= end:
+        length = batch_length(view, pos)
+        size = length + LOG_OVERHEAD
         if size < BATCH_HEADER_SIZE:
             raise _corrupt(f"batch length {length} too small")
         if pos + size > end:

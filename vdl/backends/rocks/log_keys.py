@@ -31,8 +31,6 @@ META_SIZE = META_PREFIX + b"size"
 _U64 = struct.Struct(">Q")
 _ENTRY_HEADER = struct.Struct(">QB")
 _OFFSET_VALUE = struct.Struct(">QQ")
-_MAX_TIMESTAMP = struct.Struct(">q")
-_MAX_TIMESTAMP_AT = 35  # RecordBatch v2 header: maxTimestamp follows baseTimestamp
 
 ENTRY_HEADER_SIZE = _ENTRY_HEADER.size
 _U64_MAX = (1 << 64) - 1
@@ -97,8 +95,3 @@ def decode_u64(value: bytes | None, default: int) -> int:
     if len(value) != _U64.size:
         raise CorruptionError(f"metadata value of {len(value)} bytes")
     return int(_U64.unpack(value)[0])
-
-
-def max_timestamp(payload: bytes | memoryview) -> int:
-    """maxTimestamp of a RecordBatch v2 payload (its length was checked on append)."""
-    return int(_MAX_TIMESTAMP.unpack_from(payload, _MAX_TIMESTAMP_AT)[0])

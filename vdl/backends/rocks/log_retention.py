@@ -11,7 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from vdl.backends.api import EntryType, LogStoreOptions, batch_offsets
-from vdl.backends.rocks.log_keys import ENTRY_HEADER_SIZE, decode_entry_header, max_timestamp
+from vdl.backends.rocks.log_keys import ENTRY_HEADER_SIZE, decode_entry_header
+from vdl.log.batch_header import max_timestamp
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,8 +50,8 @@ from vdl.backends.rocks.log_keys import (
     offset_key,
 )
 from vdl.backends.rocks.log_retention import plan_retention
+from vdl.log.batch_header import HEADER_SIZE as BATCH_HEADER_SIZE
 
-_BATCH_HEADER_SIZE = 61
 _UNSYNCED = write_options(sync=False)
 
 
@@ -274,7 +274,7 @@ class RocksLogStore:
         with rocks_errors("cannot read batch headers"):
             for index, value in self._scan_entries(db, self._first_index):
                 if decode_entry_header(index, value)[1] == EntryType.DATA:
-                    yield index, value[ENTRY_HEADER_SIZE : ENTRY_HEADER_SIZE + _BATCH_HEADER_SIZE]
+                    yield index, value[ENTRY_HEADER_SIZE : ENTRY_HEADER_SIZE + BATCH_HEADER_SIZE]
 
     # -- durability, retention, lifecycle ------------------------------------------
 

@@ -41,16 +41,11 @@ from vdl.backends.segment.file_io import pread_all
 from vdl.backends.segment.log_index import LogIndex
 from vdl.backends.segment.preallocate import remove_spares
 from vdl.backends.segment.raft_index import RaftIndex
-from vdl.backends.segment.segment import (
-    LOG_SUFFIX,
-    Segment,
-    batch_max_timestamp,
-    parse_stem,
-    stem_of,
-)
+from vdl.backends.segment.segment import LOG_SUFFIX, Segment, parse_stem, stem_of
+from vdl.log.batch_header import HEADER_SIZE as BATCH_HEADER_SIZE
+from vdl.log.batch_header import max_timestamp
 
 _SUFFIXES = (LOG_SUFFIX, raft_index.SUFFIX, log_index.SUFFIX)
-_BATCH_HEADER_SIZE = 61
 _READ_CHUNK = 1 << 20
 _FREE = bytes(HEADER_SIZE)
 
@@ -270,11 +265,11 @@ def _scan_tail(segment: Segment, file_size: int, expected: int | None) -> tuple[
             clean = False
             break
         if kind == EntryType.DATA:
-            if length < _BATCH_HEADER_SIZE:
+            if length < BATCH_HEADER_SIZE:
                 break
             payload = entry[HEADER_SIZE:]
             base, last = batch_offsets(payload)
-            segment.log.append(base, last, index, batch_max_timestamp(payload), position, length)
+            segment.log.append(base, last, index, max_timestamp(payload), position, length)
         segment.raft.append(term, position, kind)
         position, index = end, index + 1
     segment.size = position

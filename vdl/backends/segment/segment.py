@@ -21,7 +21,6 @@ recovery cuts the last segment at its last intact entry (see `recovery.py` for w
 from __future__ import annotations
 
 import os
-import struct
 from pathlib import Path
 
 from vdl.backends.api import CorruptionError, StorageError
@@ -33,8 +32,6 @@ from vdl.backends.segment.raft_index import RaftIndex
 
 LOG_SUFFIX = ".log"
 MAX_SEGMENT_BYTES = 0xFFFF_FFFF  # positions in the indexes are u32
-_MAX_TIMESTAMP = struct.Struct(">q")
-_MAX_TIMESTAMP_AT = 35  # in a RecordBatch v2 header
 
 
 def stem_of(first_index: int, start_offset: int) -> str:
@@ -48,11 +45,6 @@ def parse_stem(stem: str) -> tuple[int, int] | None:
     if not (first.isdigit() and start.isdigit()):
         return None
     return int(first), int(start)
-
-
-def batch_max_timestamp(payload: bytes | bytearray | memoryview) -> int:
-    ts: int = _MAX_TIMESTAMP.unpack_from(payload, _MAX_TIMESTAMP_AT)[0]
-    return ts
 
 
 class Segment:

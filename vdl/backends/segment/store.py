@@ -66,11 +66,12 @@ from vdl.backends.segment.log_index import BatchRecord
 from vdl.backends.segment.preallocate import SpareFile, prepare_spare
 from vdl.backends.segment.recent_cache import RecentCache
 from vdl.backends.segment.recovery import open_segments
-from vdl.backends.segment.segment import MAX_SEGMENT_BYTES, Segment, batch_max_timestamp
+from vdl.backends.segment.segment import MAX_SEGMENT_BYTES, Segment
 from vdl.backends.segment.segment_list import SegmentList
 from vdl.backends.segment.staging import SegmentStaging
+from vdl.log.batch_header import HEADER_SIZE as BATCH_HEADER_SIZE
+from vdl.log.batch_header import max_timestamp
 
-_BATCH_HEADER_SIZE = 61
 # Index records are written out once this many durable entries are waiting (or a closed
 # segment still has unwritten ones): a crash then costs at most this many entries of
 # re-scan, and the index files see one write per this many entries.
@@ -220,7 +221,7 @@ class SegmentLogStore:
             if batch is not None:
                 first, last = batch
                 active.log.append(
-                    first, last, entry.index, batch_max_timestamp(payload), position, len(payload)
+                    first, last, entry.index, max_timestamp(payload), position, len(payload)
                 )
                 self._next_offset = last + 1
                 if no_data_yet:
@@ -386,9 +387,9 @@ class SegmentLogStore:
                 record = log.record(k)
                 cached = self._cache.get(record.raft_index)
                 if cached is not None:
-                    yield record.raft_index, bytes(cached.payload[:_BATCH_HEADER_SIZE])
+                    yield record.raft_index, bytes(cached.payload[:BATCH_HEADER_SIZE])
                 else:
-                    header = segment.read(record.position + HEADER_SIZE, _BATCH_HEADER_SIZE)
+                    header = segment.read(record.position + HEADER_SIZE, BATCH_HEADER_SIZE)
                     yield record.raft_index, header
 
     def _locate_offset(self, offset: int) -> tuple[int, int] | None:

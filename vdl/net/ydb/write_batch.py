@@ -13,21 +13,11 @@ batch format fails there instead of silently writing something else.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from vdl.log.record_batch import BATCH_HEADER_SIZE, crc32c
+from vdl.log.batch_header import HEADER_SIZE, write_header
 from vdl.log.ydb_mapping import PRODUCER_ID, SEQ_NO, SESSION_META, WRITTEN_AT
-
-# The v2 batch header as ``record_batch`` documents it: baseOffset, batchLength,
-# partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta, firstTimestamp,
-# maxTimestamp, producerId, producerEpoch, baseSequence, recordCount.
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-assert _HEADER.size == BATCH_HEADER_SIZE
-_LOG_OVERHEAD = 12  # baseOffset and batchLength are not counted in batchLength
-_CRC_OFFSET = 17
-_CRC_START = 21  # the CRC covers attributes .. end
 
 
 def _zigzag_varint(value: int) -> bytes:
@@ -104,7 +94,7 @@ class SessionBatchEncoder:
         first_ts = messages[0].created_at_ms
         max_ts = first_ts
         small, limit = _SMALL, _SMALL_LIMIT
-        parts: list[bytes] = [bytes(BATCH_HEADER_SIZE)]
+        parts: list[bytes] = [bytes(HEADER_SIZE)]
         append = parts.append
         for delta, message in enumerate(messages):
             ts = message.created_at_ms
@@ -135,22 +125,17 @@ class SessionBatchEncoder:
             append(data)
             append(rest)
         out = bytearray().join(parts)
-        _HEADER.pack_into(
+        write_header(
             out,
-            0,
-            0,  # baseOffset: assigned by the log
-            len(out) - _LOG_OVERHEAD,
-            -1,  # partitionLeaderEpoch
-            2,  # magic
-            0,  # crc, below
-            0,  # attributes: uncompressed, CreateTime
-            len(messages) - 1,
-            first_ts,
-            max_ts,
-            -1,  # producerId: YDB dedup is by its own producer table, not Kafka's
-            -1,
-            -1,
-            len(messages),
+            base_offset=0,  # assigned by the log
+            partition_leader_epoch=-1,
+            attributes=0,  # uncompressed, CreateTime
+            last_offset_delta=len(messages) - 1,
+            base_timestamp=first_ts,
+            max_timestamp=max_ts,
+            producer_id=-1,  # YDB dedup is by its own producer table, not Kafka's
+            producer_epoch=-1,
+            base_sequence=-1,
+            record_count=len(messages),
         )
-        struct.pack_into(">I", out, _CRC_OFFSET, crc32c(memoryview(out)[_CRC_START:]))
         return out
