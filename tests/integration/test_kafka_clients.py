@@ -22,6 +22,7 @@ from tests.integration.kafka_clients import (
     kafka_python_produce,
 )
 from tests.integration.node_process import NodeProcess
+from vdl.log import batch_header
 
 COUNT = 10_000
 PARTITIONS = 3
@@ -123,8 +124,8 @@ def _batches_in(bootstrap: str, topic: str) -> int:
         payload = sock.recv(size, socket.MSG_WAITALL)
     records = bytes(FetchResponse.decode(payload[4:], version=5).responses[0].partitions[0].records)
     count, pos = 0, 0
-    while pos + 12 <= len(records):
-        pos += 12 + struct.unpack_from(">i", records, pos + 8)[0]
+    while pos + batch_header.LOG_OVERHEAD <= len(records):
+        pos += batch_header.batch_size(records, pos)
         count += 1
     return count
 

@@ -18,6 +18,7 @@ from kafka.protocol.metadata.api_versions import ApiVersionsRequest
 
 from tests.integration.kafka_clients import confluent_create_topic
 from tests.integration.node_process import NodeProcess, closed_by_node
+from vdl.log import batch_header
 
 RATE = 20_000  # bytes per second, per client id and direction
 PAYLOAD = 100_000
@@ -170,10 +171,9 @@ def _fetch(sock: socket.socket, correlation_id: int, offset: int) -> FetchRespon
 def _next_offset(records: bytes) -> int:
     """The offset after the last of the concatenated batches (base + lastOffsetDelta + 1)."""
     pos, after = 0, -1
-    while pos + 61 <= len(records):
-        base, length = struct.unpack_from(">qi", records, pos)
-        after = base + struct.unpack_from(">i", records, pos + 23)[0] + 1
-        pos += 12 + length
+    while pos + batch_header.HEADER_SIZE <= len(records):
+        after = batch_header.offset_range(records, pos)[1] + 1
+        pos += batch_header.batch_size(records, pos)
     return after
 
 

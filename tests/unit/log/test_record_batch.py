@@ -5,6 +5,7 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
+from vdl.log import batch_header as bh
 from vdl.log.error_codes import ErrorCode
 from vdl.log.record_batch import (
     BATCH_HEADER_SIZE,
@@ -49,7 +50,7 @@ def patch(batch: bytes, fmt: str, offset: int, value: int, *, fix_crc: bool = Tr
     buf = bytearray(batch)
     struct.pack_into(fmt, buf, offset, value)
     if fix_crc:
-        struct.pack_into(">I", buf, 17, crc32c(memoryview(buf)[21:]))
+        bh.write_crc(buf)
     return bytes(buf)
 
 
@@ -128,7 +129,7 @@ def test_iter_records_of_kafka_python_batch(compression: int) -> None:
 
 
 def test_iter_records_unsupported_codec() -> None:
-    batch = patch(build_batch(RECORDS), ">h", 21, 2)  # snappy
+    batch = patch(build_batch(RECORDS), ">h", bh.ATTRIBUTES_AT, 2)  # snappy
     with pytest.raises(UnsupportedCodec):
         list(iter_records(batch))
     with pytest.raises(NotImplementedError):
@@ -137,7 +138,7 @@ def test_iter_records_unsupported_codec() -> None:
 
 def test_iter_records_corrupt_body() -> None:
     # The header promises more records than the body holds.
-    batch = patch(build_batch(RECORDS), ">i", 57, 9)
+    batch = patch(build_batch(RECORDS), ">i", bh.RECORD_COUNT_AT, 9)
     with pytest.raises(InvalidBatch):
         list(iter_records(batch))
 
@@ -206,12 +207,12 @@ def test_truncated_batch() -> None:
 
 
 def test_length_too_small() -> None:
-    batch = patch(kp_build(RECORDS), ">i", 8, 10, fix_crc=False)
+    batch = patch(kp_build(RECORDS), ">i", bh.BATCH_LENGTH_AT, 10, fix_crc=False)
     assert code_of(batch) == ErrorCode.CORRUPT_MESSAGE
 
 
 def test_bad_magic() -> None:
-    assert code_of(patch(kp_build(RECORDS), ">b", 16, 1)) == ErrorCode.INVALID_RECORD
+    assert code_of(patch(kp_build(RECORDS), ">b", bh.MAGIC_AT, 1)) == ErrorCode.INVALID_RECORD
 
 
 def test_bad_crc() -> None:
@@ -221,37 +222,47 @@ def test_bad_crc() -> None:
 
 
 def test_nonzero_base_offset() -> None:
-    assert code_of(patch(kp_build(RECORDS), ">q", 0, 5)) == ErrorCode.INVALID_RECORD
+    assert code_of(patch(kp_build(RECORDS), ">q", bh.BASE_OFFSET_AT, 5)) == ErrorCode.INVALID_RECORD
 
 
 def test_zero_count() -> None:
-    batch = patch(kp_build(RECORDS), ">i", 57, 0)
+    batch = patch(kp_build(RECORDS), ">i", bh.RECORD_COUNT_AT, 0)
     assert code_of(batch) == ErrorCode.INVALID_RECORD
 
 
 def test_last_offset_delta_mismatch() -> None:
-    assert code_of(patch(kp_build(RECORDS), ">i", 23, 5)) == ErrorCode.INVALID_RECORD
+    assert (
+        code_of(patch(kp_build(RECORDS), ">i", bh.LAST_OFFSET_DELTA_AT, 5))
+        == ErrorCode.INVALID_RECORD
+    )
 
 
 def test_control_batch_rejected() -> None:
-    assert code_of(patch(kp_build(RECORDS), ">h", 21, 0x20)) == ErrorCode.INVALID_RECORD
+    assert (
+        code_of(patch(kp_build(RECORDS), ">h", bh.ATTRIBUTES_AT, 0x20)) == ErrorCode.INVALID_RECORD
+    )
 
 
 def test_transactional_without_producer_id() -> None:
-    assert code_of(patch(kp_build(RECORDS), ">h", 21, 0x10)) == ErrorCode.INVALID_RECORD
+    assert (
+        code_of(patch(kp_build(RECORDS), ">h", bh.ATTRIBUTES_AT, 0x10)) == ErrorCode.INVALID_RECORD
+    )
 
 
 def test_producer_id_without_sequence() -> None:
-    batch = patch(kp_build(RECORDS, producer_id=9), ">i", 53, -1)
+    batch = patch(kp_build(RECORDS, producer_id=9), ">i", bh.BASE_SEQUENCE_AT, -1)
     assert code_of(batch) == ErrorCode.INVALID_RECORD
 
 
 def test_unknown_codec() -> None:
-    assert code_of(patch(kp_build(RECORDS), ">h", 21, 5)) == ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
+    assert (
+        code_of(patch(kp_build(RECORDS), ">h", bh.ATTRIBUTES_AT, 5))
+        == ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
+    )
 
 
 def test_zstd_rule() -> None:
-    batch = patch(kp_build(RECORDS), ">h", 21, 4)
+    batch = patch(kp_build(RECORDS), ">h", bh.ATTRIBUTES_AT, 4)
     assert code_of(batch, allow_zstd=False) == ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
     validate_produced_batch(memoryview(batch), max_batch_bytes=LIMIT, allow_zstd=True)
 

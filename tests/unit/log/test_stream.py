@@ -11,6 +11,7 @@ import trio.testing
 
 from vdl.backends.api import LogStoreOptions
 from vdl.backends.registry import LOG_BACKENDS, open_log_store
+from vdl.log.batch_header import HEADER_SIZE
 from vdl.log.error_codes import ErrorCode
 from vdl.log.flusher import Flusher
 from vdl.log.record_batch import (
@@ -155,7 +156,7 @@ async def test_timestamp_lookup_and_log_append_time(tmp_path: Path) -> None:
         appended = _append(stream, _batch([b"a", b"b"]))
         assert appended.timestamp_ms == 77_000
         await stream.wait_committed(appended.last_offset)
-        header = parse_batch_header(bytes(stream.read(0, 1 << 20)[0])[:61])
+        header = parse_batch_header(bytes(stream.read(0, 1 << 20)[0])[:HEADER_SIZE])
         assert header.timestamp_type == 1 and header.max_timestamp == 77_000
         assert stream.offset_for_timestamp(50_000) == 0
         assert stream.offset_for_timestamp(90_000) is None

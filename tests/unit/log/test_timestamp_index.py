@@ -15,6 +15,7 @@ import trio
 
 from vdl.backends.api import Buffer, LogStore, LogStoreOptions
 from vdl.backends.registry import LOG_BACKENDS, LogBackend, open_log_store
+from vdl.log import batch_header as bh
 from vdl.log.flusher import Flusher
 from vdl.log.record_batch import (
     COMPRESSION_GZIP,
@@ -22,7 +23,6 @@ from vdl.log.record_batch import (
     Record,
     assign_offsets,
     build_batch,
-    crc32c,
     validate_produced_batch,
 )
 from vdl.log.stream import LogStream
@@ -98,9 +98,8 @@ def test_log_append_time_batches_answer_their_first_record() -> None:
 
 def test_records_that_cannot_be_decoded_leave_the_batch_offset() -> None:
     batch = bytearray(_batch([10, 20, 30], base_offset=3))
-    attributes = struct.unpack_from(">h", batch, 21)[0] | COMPRESSION_SNAPPY
-    struct.pack_into(">h", batch, 21, attributes)
-    struct.pack_into(">I", batch, 17, crc32c(memoryview(batch)[21:]))
+    struct.pack_into(">h", batch, bh.ATTRIBUTES_AT, bh.attributes(batch) | COMPRESSION_SNAPPY)
+    bh.write_crc(batch)
     assert first_record_at(batch, 25) == (3, 30)
 
 

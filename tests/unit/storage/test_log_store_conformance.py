@@ -26,6 +26,7 @@ from vdl.backends.api import (
     batch_offsets,
 )
 from vdl.backends.registry import LogBackend
+from vdl.log.batch_header import HEADER_SIZE
 
 SMALL_SEGMENTS = LogStoreOptions(segment_bytes=2_000, cache_bytes=1_000)
 NOW_MS = 10_000_000
@@ -187,7 +188,9 @@ def test_data_headers(store: LogStore) -> None:
     log.data(count=3)
     log.noop()
     log.data(count=1, n=2)
-    want = [(e.index, bytes(e.payload[:61])) for e in log.appended if e.type == EntryType.DATA]
+    want = [
+        (e.index, bytes(e.payload[:HEADER_SIZE])) for e in log.appended if e.type == EntryType.DATA
+    ]
     assert [(i, bytes(h)) for i, h in store.data_headers()] == want
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import struct
 import subprocess
 import sys
 import textwrap
@@ -21,14 +20,15 @@ from vdl.backends.api import (
     batch_offsets,
 )
 from vdl.backends.rocks.log_store import RocksLogStore
-
-_HEADER = struct.Struct(">qiibIhiqqqhi")  # RecordBatch v2 header up to recordCount
+from vdl.log.batch_header import HEADER, HEADER_SIZE, LOG_OVERHEAD
 
 
 def record_batch(base: int, count: int, max_ts: int = 0, body: bytes = b"") -> bytes:
     """A RecordBatch v2 with only the header fields a log store reads filled in."""
-    header = _HEADER.pack(base, 49 + len(body), 0, 2, 0, 0, count - 1, max_ts, max_ts, -1, -1, -1)
-    return header + struct.pack(">i", count) + body
+    length = HEADER_SIZE - LOG_OVERHEAD + len(body)
+    return (
+        HEADER.pack(base, length, 0, 2, 0, 0, count - 1, max_ts, max_ts, -1, -1, -1, count) + body
+    )
 
 
 def data(
