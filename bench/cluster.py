@@ -88,8 +88,12 @@ def start_cluster(workdir: Path, tick_ms: int | None) -> Cluster:
         for i in raft
     }
     cluster = Cluster(nodes)
-    for node in nodes.values():
-        node.start()
+    try:
+        for node in nodes.values():
+            node.start()
+    except BaseException:
+        cluster.stop()  # the nodes that did start: the caller never gets the cluster
+        raise
     return cluster
 
 
