@@ -68,9 +68,11 @@ class Cluster:
         return [node.stop() for node in self.nodes.values()]
 
 
-def start_cluster(workdir: Path, tick_ms: int) -> Cluster:
+def start_cluster(workdir: Path, tick_ms: int | None) -> Cluster:
+    """Three nodes on loopback; `tick_ms` None leaves the node's own default tick."""
     raft = {i: free_port() for i in (1, 2, 3)}
     peers = ",".join(f"{i}=127.0.0.1:{p}" for i, p in raft.items())
+    tick = [] if tick_ms is None else ["--raft-tick-ms", str(tick_ms)]
     nodes = {
         i: BenchNode(
             workdir / f"node{i}",
@@ -79,16 +81,19 @@ def start_cluster(workdir: Path, tick_ms: int) -> Cluster:
             str(i),
             "--peers",
             peers,
-            "--raft-tick-ms",
-            str(tick_ms),
+            *tick,
             "--log-level",
             "WARNING",
         )
         for i in raft
     }
     cluster = Cluster(nodes)
-    for node in nodes.values():
-        node.start()
+    try:
+        for node in nodes.values():
+            node.start()
+    except BaseException:
+        cluster.stop()  # the nodes that did start: the caller never gets the cluster
+        raise
     return cluster
 
 
