@@ -8,6 +8,12 @@ once, writes go to the node's "page cache" (`disk`), a flush makes an image of i
 after a delay (slow disks make that long), and only then go out the after-persist messages
 and `on_persisted`. A crash throws the page cache and the core away and restarts the node
 from its durable image.
+
+Groups quiesce when idle (`RaftOptions.quiesce`), so the workload has idle stretches, and
+each node keeps a node-liveness view as a real node does: at each of its ticks it sees,
+sometimes a few ticks late, which other nodes are up and reachable (and whether one
+restarted); a change calls `wake()` on its core, and the nodes it holds for down are the
+core's `dead_peers`.
 """
 
 from __future__ import annotations
@@ -120,6 +126,11 @@ class FaultProfile:
     compact_weight: int = 2
     membership_weight: int = 0
     propose_every: int = 25
+    idle_chance: float = 0.05  # after a proposal, chance of an idle stretch (groups quiesce)
+    idle_time: int = 600  # longest idle stretch
+    # Proposals go to the leader of the newest term, as clients that follow leadership do:
+    # a deposed leader is then woken by nothing but node liveness.
+    newest_leader: bool = False
 
 
 @dataclass
@@ -135,6 +146,10 @@ class SimNode:
     slow_disk: bool = False
     applied_index: int = 0
     led_term: int = -1  # last term this node was seen leading (to check each new leader once)
+    # Node liveness as this node sees it: peer -> the peer's incarnation, or -1 if down.
+    liveness: dict[int, int] = field(default_factory=dict)
+    quiesces_seen: int = 0
+    cut_off_since: int | None = None  # since when, as leader, it reaches no majority
 
 
 class Checker:
@@ -238,7 +253,13 @@ class Simulation:
         self._events = 0
         self.chaos = True
         self.trace: list[str] = []
-        self.stats: dict[str, int] = {"snapshots": 0, "crashes": 0, "partitions": 0}
+        self.stats: dict[str, int] = {
+            "snapshots": 0,
+            "crashes": 0,
+            "partitions": 0,
+            "quiesced": 0,
+            "wakes": 0,
+        }
         for node in self.nodes:
             self._start(node)
             self._schedule(self.rng.randrange(TICK), self._tick, node)
@@ -270,6 +291,8 @@ class Simulation:
 
     def _start(self, node: SimNode) -> None:
         disk = node.disk
+        node.liveness = {}
+        node.quiesces_seen = 0
         node.core = RaftNode(
             node.id,
             disk,
@@ -301,9 +324,51 @@ class Simulation:
 
     def _tick(self, node: SimNode) -> None:
         if node.core is not None:
+            if self.rng.random() < 0.5:  # liveness is noticed some ticks late
+                self._check_liveness(node)
             node.core.tick()
             self._drive(node)
+            self._check_stale_leader(node)
         self._schedule(TICK, self._tick, node)
+
+    def _check_stale_leader(self, node: SimNode) -> None:
+        """Check-quorum's promise, quiesced or not: a leader cut off from a majority of
+        its voters steps down within a few election timeouts."""
+        core = node.core
+        assert core is not None
+        if core.role is not Role.LEADER or not self.options.check_quorum:
+            node.cut_off_since = None
+            return
+        reached = {
+            v
+            for v in core.config.voters
+            if v == node.id or (self.nodes[v - 1].core is not None and not self._cut(node.id, v))
+        }
+        if core.config.has_quorum(reached):
+            node.cut_off_since = None
+        elif node.cut_off_since is None:
+            node.cut_off_since = self.now
+        elif self.now - node.cut_off_since > 4 * self.options.election_tick * TICK:
+            raise SimFailure(
+                f"node {node.id} still leads term {core.term} (quiesced: {core.quiesced}) "
+                f"cut off from a majority since t={node.cut_off_since}"
+            )
+
+    def _check_liveness(self, node: SimNode) -> None:
+        core = node.core
+        assert core is not None
+        view = {
+            o.id: o.incarnation if o.core is not None and not self._cut(node.id, o.id) else -1
+            for o in self.nodes
+            if o.id != node.id
+        }
+        if view != node.liveness:
+            node.liveness = view
+            core.dead_peers = frozenset(p for p, inc in view.items() if inc < 0)
+            if core.quiesced:
+                self.stats["wakes"] += 1
+            core.wake()
+            self._drive(node)
 
     def _drive(self, node: SimNode) -> None:
         core = node.core
@@ -338,6 +403,10 @@ class Simulation:
                 node.led_term = core.term
                 self.log(f"node {node.id} leads term {core.term}")
                 self.checker.on_leader(node)
+        if core.quiesce_count != node.quiesces_seen:
+            node.quiesces_seen = core.quiesce_count
+            self.stats["quiesced"] += 1
+            self.log(f"node {node.id} quiesced ({core.role.value})")
         self._maybe_flush(node)
 
     def _maybe_ack(self, node: SimNode, entry: Entry) -> None:
@@ -417,7 +486,10 @@ class Simulation:
             return
         leaders = self.leaders()
         if leaders:
-            node = self.rng.choice(leaders)
+            if self.faults.newest_leader:
+                node = max(leaders, key=lambda n: n.core.term if n.core is not None else 0)
+            else:
+                node = self.rng.choice(leaders)
             assert node.core is not None
             count = self.rng.randint(1, 3)
             payloads = []
@@ -432,7 +504,10 @@ class Simulation:
                 for i, p in enumerate(payloads):
                     self.proposals[p] = (node.id, node.core.term, first + i)
                 self._drive(node)
-        self._schedule(self.rng.randint(1, 2 * self.faults.propose_every), self._propose)
+        delay = self.rng.randint(1, 2 * self.faults.propose_every)
+        if self.rng.random() < self.faults.idle_chance:
+            delay = self.rng.randint(1, self.faults.idle_time)
+        self._schedule(delay, self._propose)
 
     def _fault(self) -> None:
         if not self.chaos:

@@ -45,9 +45,14 @@ QUICK_CHUNK = 50
 
 def run_quick(seed: int) -> Simulation:
     """A short chaos run; the seed also picks the shape (3 or 5 voters, membership
-    changes, or neither pre-vote nor check-quorum)."""
+    changes, or neither pre-vote nor check-quorum) and whether the workload is mostly idle
+    (groups quiesce, and crash, split and wake while quiesced)."""
     shape = seed % 4
-    faults = FaultProfile(fault_every=100, membership_weight=3 if shape == 2 else 0)
+    faults = FaultProfile(
+        fault_every=100,
+        membership_weight=3 if shape == 2 else 0,
+        idle_chance=0.3 if seed % 3 == 0 else 0.05,
+    )
     sim = Simulation(
         seed,
         5 if shape == 1 else 3,
@@ -86,6 +91,23 @@ def test_without_pre_vote_and_check_quorum(seed: int) -> None:
     run_one(seed, 3, options=PLAIN)
 
 
+def run_idle(seed: int, voters: int, *, chaos_time: int = 30_000) -> Simulation:
+    """Mostly idle: the group quiesces often, and crashes, partitions, transfers and
+    membership changes find it quiesced; proposals race the wake-ups."""
+    faults = FaultProfile(
+        fault_every=400, idle_chance=0.4, idle_time=800, membership_weight=2, newest_leader=True
+    )
+    sim = Simulation(seed, voters, n_spares=1, faults=faults)
+    sim.run(chaos_time=chaos_time, heal_time=10_000)
+    return sim
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_quiescent_groups(seed: int) -> None:
+    sim = run_idle(seed, 3 + 2 * (seed % 2))
+    assert sim.stats["quiesced"] > 10 and sim.stats["wakes"] > 0
+
+
 def test_same_seed_replays_exactly() -> None:
     a = run_one(7, 3, spares=2, membership=True)
     b = run_one(7, 3, spares=2, membership=True)
@@ -116,6 +138,12 @@ def test_five_nodes_soak(seed: int) -> None:
 @pytest.mark.parametrize("seed", SLOW_SEEDS)
 def test_membership_soak(seed: int) -> None:
     run_one(seed, 3, spares=2, membership=True, chaos_time=100_000)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", SLOW_SEEDS)
+def test_quiescent_groups_soak(seed: int) -> None:
+    run_idle(seed, 3 + 2 * (seed % 2), chaos_time=100_000)
 
 
 @pytest.mark.slow

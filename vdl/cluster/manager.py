@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import shutil
 import uuid
 from collections.abc import Iterator, Mapping
@@ -43,9 +44,11 @@ from vdl.cluster.metadata_group import MetadataGroup, ProposalLost
 from vdl.cluster.placement import assign_replicas, default_replication_factor
 from vdl.cluster.placement_leader import LeaderPlacement, LedGroup, preferred_dc
 from vdl.cluster.reconfigure import next_change
+from vdl.consensus.clock import NodeClock, NodeLiveness
 from vdl.consensus.driver import DriverOptions, GroupDriver
 from vdl.consensus.errors import ConsensusError
 from vdl.consensus.hard_state_store import delete_hard_state
+from vdl.consensus.options import RaftOptions
 from vdl.consensus.peer_tls import PeerTls
 from vdl.consensus.router import GroupRouter
 from vdl.consensus.snapshot_transfer import delete_snapshot_meta
@@ -114,6 +117,11 @@ class ClusterManager:
         self._flusher = flusher
         self._driver_options = DriverOptions(tick_s=settings.tick_s)
         self.router = GroupRouter()
+        # One clock ticks every group of this node; a peer unheard for an election timeout
+        # is down for node liveness, which wakes quiesced groups (clock.py).
+        self.clock = NodeClock(
+            settings.tick_s, liveness=NodeLiveness(RaftOptions().election_tick * settings.tick_s)
+        )
         self.transport = RaftTransport(
             settings.node_id,
             settings.raft_listen,
@@ -123,7 +131,10 @@ class ClusterManager:
             limits=ConnectionLimits(
                 "raft", settings.max_connections, settings.max_connections_per_ip
             ),
+            incarnation=secrets.randbits(62),
+            on_beat=self.clock.liveness.heard,
         )
+        self.clock.attach(self.transport)
         self.router.on_forward = self._on_forward
         self.router.on_gossip = self._on_gossip
         self.router.on_admin = self._on_admin
@@ -157,6 +168,7 @@ class ClusterManager:
             self.transport,
             self.metadata,
             options=self._driver_options,
+            clock=self.clock,
         )
         self.metadata.driver = self._driver0
         self.router.add(METADATA_GROUP, self._driver0)
@@ -173,6 +185,7 @@ class ClusterManager:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 await nursery.start(self.transport.serve)
+                await nursery.start(self.clock.run)
                 await nursery.start(self._driver0.run)
                 nursery.start_soon(self._register_loop)
                 nursery.start_soon(self._gossip_loop)
@@ -319,6 +332,7 @@ class ClusterManager:
             self.transport.add_peer(node, address)
         for node in [n for n in self.transport.links if n not in members]:
             self.transport.remove_peer(node)
+            self.clock.liveness.forget(node)
 
     async def _reconfigure_loop(self) -> None:
         """On the groups this node leads: step their membership towards the metadata."""
@@ -408,6 +422,7 @@ class ClusterManager:
             options=self._driver_options,
             applied=commit,
             fetch_snapshot=self.transport.fetch_snapshot,
+            clock=self.clock,
         )
         replica.start(driver, commit)
         hosted = _Hosted(group_id, directory, stream, driver, trio.CancelScope(), trio.Event())

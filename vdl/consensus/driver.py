@@ -1,7 +1,7 @@
 """The Trio driver of one Raft group: persists, sends and applies what its `RaftNode` asks.
 
 One task per group runs the loop: take the inputs that arrived (ticks, messages, durable
-reports), then drain every `Ready` exactly as `ready.py` prescribes:
+reports, liveness changes), then drain every `Ready` exactly as `ready.py` prescribes:
 
 1. `messages` go to the outbox at once (the leader replicates while its own write is in
    flight, VDL 5.2.5.1);
@@ -17,6 +17,10 @@ reports), then drain every `Ready` exactly as `ready.py` prescribes:
    follower's ack then leaves as soon as its fsync is done, instead of after the driver
    task's next scheduling (one wake-up less per commit, which costs milliseconds on a busy
    event loop).
+
+Ticks come from the node's `NodeClock` (`clock.py`), which ticks only the groups that are
+awake: a quiesced group's loop stays parked, with no timer of its own, until a proposal, a
+message or a liveness change the clock reports (`liveness_changed`) wakes it.
 
 Proposals (`propose`) go straight into the core from the caller's task, so every proposal
 made between two loop turns travels in one Ready: one store append, one flush, one
@@ -56,6 +60,7 @@ from vdl.backends.api import (
     SnapshotStaging,
     StorageError,
 )
+from vdl.consensus.clock import NodeClock
 from vdl.consensus.errors import ProposalDropped, SafetyViolation
 from vdl.consensus.hard_state_store import load_hard_state, save_hard_state
 from vdl.consensus.machine import AppliesByIndex, StateMachine
@@ -117,9 +122,12 @@ class GroupDriver:
         rng: random.Random | None = None,
         applied: int | None = None,
         fetch_snapshot: SnapshotFetcher | None = None,
+        clock: NodeClock | None = None,
     ) -> None:
         """`applied` is where `machine` already is (e.g. a stream's commit point rebuilt
-        from the hint); committed entries after it are applied again. None: the log start."""
+        from the hint); committed entries after it are applied again. None: the log start.
+        `clock` is the node's (shared by all its groups); without one the driver runs a
+        clock of its own, which hears of no node liveness (a group alone on its node)."""
         self.group_id = group_id
         self.node_id = node_id
         self._store = store
@@ -131,6 +139,8 @@ class GroupDriver:
         # never reads committed payloads back from the store for it.
         self._index_machine = machine if isinstance(machine, AppliesByIndex) else None
         self._opts = options or DriverOptions()
+        self._own_clock = clock is None
+        self._clock = clock or NodeClock(self._opts.tick_s)
         # Whatever the store holds at start counts as durable (see log_view.py).
         store.sync()
         self._saved = load_hard_state(meta, group_id)
@@ -158,6 +168,10 @@ class GroupDriver:
         # steps ticks and messages in the order they happened (see _drain).
         self._inbox: deque[tuple[int, Message]] = deque()
         self._ticks = 0
+        self._hint_ticks = 0
+        self._liveness_changed = False
+        self._awake = True  # as the clock knows it
+        self._members_seen = self.core.config.members
         self._wakeup = trio.Event()
         self._pending: deque[_PendingPersist] = deque()
         self._durable_index = store.last_index()
@@ -273,6 +287,7 @@ class GroupDriver:
         if core.log.last_index() - core.commit_index >= self._opts.max_uncommitted:
             raise ProposalDropped("too many uncommitted entries; replicas are behind")
         first, last = core.propose(payloads)
+        self._sync_awake()
         term = core.term
         for index in range(first, last + 1):
             self._proposed[index] = term
@@ -297,6 +312,7 @@ class GroupDriver:
         if self._in_ready:
             raise ProposalDropped("the group is persisting its state")
         index = self.core.propose_config_change(change)
+        self._sync_awake()
         # Our own entry: the write must not take it for a leader's replacing entry.
         self._proposed[index] = self.core.term
         self._announced = max(self._announced, index)
@@ -305,11 +321,13 @@ class GroupDriver:
 
     def campaign(self) -> None:
         self.core.campaign()
+        self._sync_awake()
         self._wakeup.set()
 
     def transfer_leader(self, target: int) -> None:
         """Hand leadership to `target` (sent on the loop's next turn, which this wakes)."""
         self.core.transfer_leader(target)
+        self._sync_awake()
         self._wakeup.set()
 
     # ---- views -----------------------------------------------------------------------
@@ -343,10 +361,45 @@ class GroupDriver:
         return {node: pr.match for node, pr in self.core.progress.items()}
 
     def in_contact(self) -> frozenset[int]:
-        """This node and the voters heard from within an election timeout (the ISR)."""
+        """This node and the voters heard from within an election timeout (the ISR); in
+        a quiesced group, where nobody speaks, the voters node liveness holds for up."""
+        voters = self.voters
+        if self.core.quiesced:
+            return frozenset(voters - self._clock.down(voters - {self.node_id}))
         horizon = trio.current_time() - self._opts.tick_s * self._election_tick
-        alive = {n for n, t in self._heard.items() if t >= horizon and n in self.voters}
+        alive = {n for n, t in self._heard.items() if t >= horizon and n in voters}
         return frozenset(alive | {self.node_id})
+
+    @property
+    def quiesced(self) -> bool:
+        return self.core.quiesced
+
+    # ---- inputs from the node's clock ----------------------------------------------------
+
+    def tick(self) -> None:
+        self._ticks += 1
+        self._hint_ticks += 1
+        self._wakeup.set()
+
+    def liveness_changed(self, peers: frozenset[int]) -> None:
+        self._liveness_changed = True
+        self._wakeup.set()
+
+    def _sync_awake(self) -> None:
+        """Tell the clock whether to tick this group, and of membership changes."""
+        core = self.core
+        awake = not core.quiesced
+        if awake != self._awake:
+            self._awake = awake
+            self._clock.set_awake(self, awake)
+            if not awake:
+                # No tick will come to save the commit hint later: one more turn does.
+                self._hint_ticks = self._opts.commit_hint_ticks
+                self._wakeup.set()
+        members = core.config.members
+        if members != self._members_seen:
+            self._members_seen = members
+            self._clock.set_members(self, members)
 
     async def wait_changed(self) -> None:
         """Wait for the next change of leader, role or term (tests, metadata waits)."""
@@ -355,29 +408,27 @@ class GroupDriver:
     # ---- the loop --------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            nursery.start_soon(self._ticker)
-            task_status.started()
-            await self._drain()  # a restarted node applies what it already knows committed
-            while True:
-                self._parked = True
-                try:
-                    await self._wakeup.wait()
-                finally:
-                    self._parked = False
-                self._wakeup = trio.Event()
-                await self._drain()
-
-    async def _ticker(self) -> None:
-        count = 0
-        while True:
-            await trio.sleep(self._opts.tick_s)
-            self._ticks += 1
-            self._wakeup.set()
-            count += 1
-            if count % self._opts.commit_hint_ticks == 0:
-                await self._save_hard_state(force=False)
+        clock = self._clock
+        clock.add(self, self.core.config.members)
+        self._awake = True
+        self.core.dead_peers = clock.down(self.core.config.members - {self.node_id})
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                if self._own_clock:
+                    nursery.start_soon(clock.run)
+                task_status.started()
+                await self._drain()  # a restarted node applies what it already knows committed
+                while True:
+                    self._parked = True
+                    try:
+                        await self._wakeup.wait()
+                    finally:
+                        self._parked = False
+                    self._wakeup = trio.Event()
+                    await self._drain()
+        finally:
+            clock.remove(self)
 
     async def _drain(self) -> None:
         core = self.core
@@ -413,6 +464,10 @@ class GroupDriver:
             core.tick()
         if ticks:
             self._retry_snapshots()
+        if self._liveness_changed:
+            self._liveness_changed = False
+            core.dead_peers = self._clock.down(core.config.members - {self.node_id})
+            core.wake()
         while True:
             while core.has_ready():
                 await self._handle_ready(core.ready())
@@ -423,6 +478,10 @@ class GroupDriver:
             self._release_durable()
             if not core.has_ready():
                 break
+        if self._hint_ticks >= self._opts.commit_hint_ticks:
+            # The commit point as a restart hint, now and then (see _sync_awake).
+            self._hint_ticks = 0
+            await self._save_hard_state(force=False)
         self._note_role()
 
     def _step(self, message: Message) -> None:
@@ -742,6 +801,7 @@ class GroupDriver:
             self._machine.on_role_change(core.leader_id, core.term, seen[2])
             self._changed.set()
             self._changed = trio.Event()
+        self._sync_awake()
 
     # ---- shutdown --------------------------------------------------------------------
 

@@ -48,12 +48,15 @@ class AppendResponse:
 @dataclass(frozen=True, slots=True)
 class Heartbeat:
     """Leader -> follower: keeps followers from campaigning; `commit` is capped at the
-    follower's known match so it never commits entries it might not have."""
+    follower's known match so it never commits entries it might not have. With `quiesce`
+    the leader stops heartbeating after this one: the group is idle and every follower
+    holds and knows committed everything the leader has."""
 
     src: int
     dst: int
     term: int
     commit: int
+    quiesce: bool = False
 
 
 @dataclass(frozen=True, slots=True)

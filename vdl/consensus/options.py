@@ -14,6 +14,9 @@ class RaftOptions:
     max_apply_bytes: int = 4 * 1024 * 1024  # committed entries per Ready (at least one)
     pre_vote: bool = True
     check_quorum: bool = True
+    # An idle group stops ticking and heartbeating until a proposal, a message or a change
+    # in node liveness wakes it (see RaftNode.quiesced).
+    quiesce: bool = True
 
     def __post_init__(self) -> None:
         if not 0 < self.heartbeat_tick < self.election_tick:

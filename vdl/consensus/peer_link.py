@@ -22,12 +22,20 @@ from collections.abc import Callable
 
 import trio
 
-from vdl.consensus.frames import FrameError, FrameReader, Inbound, encode_hello
+from vdl.consensus.frames import (
+    BEAT_GROUP,
+    FrameError,
+    FrameReader,
+    Inbound,
+    decode_beat,
+    encode_hello,
+)
 from vdl.consensus.peer_tls import PeerTls, open_raft_stream
 
 log = logging.getLogger(__name__)
 
 Deliver = Callable[[int, Inbound], None]
+OnBeat = Callable[[int, int], None]  # (peer, its incarnation)
 _Queued = tuple[trio.abc.Stream | None, bytes | memoryview]
 _BATCH_BYTES = 1024 * 1024
 _NET_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
@@ -44,11 +52,13 @@ class PeerLink:
         queue_limit: int = 4096,
         backoff_s: tuple[float, float] = (0.05, 2.0),
         tls: PeerTls | None = None,
+        on_beat: OnBeat | None = None,
     ) -> None:
         self.node_id = node_id
         self.peer_id = peer_id
         self.address = address
         self._deliver = deliver
+        self._on_beat = on_beat
         # A frame, or the tail of one partly written directly, which only makes sense on
         # the connection its head went to (then that connection is named).
         self._send, self._queue = trio.open_memory_channel[_Queued](queue_limit)
@@ -161,6 +171,9 @@ class PeerLink:
                 if not data:
                     break
                 for group_id, message in reader.feed(data):
+                    if group_id == BEAT_GROUP and isinstance(message, bytes):
+                        self._beat(message)
+                        continue
                     if not isinstance(message, bytes) and (
                         message.src != self.peer_id or message.dst != self.node_id
                     ):
@@ -178,6 +191,14 @@ class PeerLink:
             log.exception("dropping connection with node %d after an error", self.peer_id)
         finally:
             await self._detach(stream)
+
+    def _beat(self, body: bytes) -> None:
+        incarnation, items = decode_beat(body, self.peer_id, self.node_id)
+        if self._on_beat is not None:
+            self._on_beat(self.peer_id, incarnation)
+        deliver = self._deliver
+        for group_id, message in items:
+            deliver(group_id, message)
 
     async def _detach(self, stream: trio.abc.Stream) -> None:
         if self._stream is stream:

@@ -20,6 +20,17 @@ Choices worth knowing:
 - Membership takes effect when a CONFIG entry is appended (see `membership.py`).
 - Pre-vote and check-quorum are on by default; while a node hears from a leader (within an
   election timeout) it ignores vote requests, unless they come from a leader transfer.
+- Quiescence (as CockroachDB quiesces idle ranges): a leader whose followers all hold,
+  durably, everything it has, and know it committed, says so in one last heartbeat
+  (`quiesce`) and stops ticking; a follower that holds exactly that log stops too. Ticks
+  are then no-ops, so a driver may skip them. Any proposal or message (but the followers'
+  answers to that heartbeat) wakes a group, and so does `wake()`, which the driver calls
+  when node liveness sees a member go down, come back or restart: a follower then times out
+  and campaigns as usual if its leader is gone, and a leader heartbeats at once, and with
+  check-quorum steps down if it no longer reaches a majority. A leader only quiesces while
+  it reaches every follower not in `dead_peers` (the driver's liveness view) and those
+  with it form a majority, so check-quorum's guarantee holds through quiescence: a leader
+  cut off from its majority is woken by liveness and steps down an election timeout later.
 """
 
 from __future__ import annotations
@@ -120,6 +131,11 @@ class RaftNode:
         self._bcast_entries = False
         self._awaiting_advance = False
         self._prev_hard_state = hs
+        self.quiesced = False
+        # Members node liveness holds for down (set by the driver): a leader may quiesce
+        # without hearing from them, as long as the rest make a majority.
+        self.dead_peers: frozenset[int] = frozenset()
+        self.quiesce_count = 0  # times this node quiesced (tests, metrics)
         self._become_follower(self.term, NO_NODE)
 
     def _replay_config_entries(self, lo: int) -> None:
@@ -172,13 +188,26 @@ class RaftNode:
     # ---- inputs ----------------------------------------------------------------------
 
     def tick(self) -> None:
+        if self.quiesced:
+            return
         if self.role is Role.LEADER:
             self._tick_leader()
         else:
             self._tick_election()
 
+    def wake(self) -> None:
+        """Node liveness changed for a member of this group (down, up, restarted): tick
+        again if quiesced; a leader heartbeats at once (a restarted follower learns of it)."""
+        if not self.quiesced:
+            return
+        self._unquiesce()
+        if self.role is Role.LEADER:
+            for peer in sorted(self._progress):
+                self._send_heartbeat(peer)
+
     def campaign(self) -> None:
         """Start an election now, as if the election timeout had fired."""
+        self._unquiesce()
         if self.role is not Role.LEADER and self._promotable():
             self._start_campaign()
 
@@ -190,6 +219,7 @@ class RaftNode:
         They are committed once some Ready's committed_entries hold the same index with
         `term` equal to the term at proposal time; a different entry there means lost.
         """
+        self._unquiesce()
         self._check_can_propose()
         if not payloads:
             raise ValueError("nothing to propose")
@@ -203,6 +233,7 @@ class RaftNode:
 
     def propose_config_change(self, change: ConfChange) -> int:
         """Append one single-server membership change; returns its index."""
+        self._unquiesce()
         self._check_can_propose()
         if self._confs.last_index > self._log.committed:
             raise ConfigChangeRejected("another membership change is still uncommitted")
@@ -223,6 +254,7 @@ class RaftNode:
     def transfer_leader(self, target: int) -> None:
         """Hand leadership to `target` once it has our whole log (aborts after an election
         timeout). Proposals are refused meanwhile so that it can catch up."""
+        self._unquiesce()
         if self.role is not Role.LEADER:
             raise NotLeader(self.leader_id)
         if target == self.id:
@@ -238,6 +270,7 @@ class RaftNode:
 
     def report_snapshot(self, peer: int, ok: bool) -> None:
         """The driver finished (or gave up) moving the snapshot data to `peer`."""
+        self._unquiesce()
         pr = self._progress.get(peer)
         if self.role is not Role.LEADER or pr is None or pr.state is not ProgressState.SNAPSHOT:
             return
@@ -261,6 +294,11 @@ class RaftNode:
     def step(self, m: Message) -> None:
         if m.dst != self.id:
             raise ValueError(f"message for node {m.dst} stepped into node {self.id}")
+        if self.quiesced and not (
+            # The followers' answers to the quiescing heartbeat leave the leader asleep.
+            isinstance(m, HeartbeatResponse) and m.term == self.term and self.role is Role.LEADER
+        ):
+            self._unquiesce()
         if m.term > self.term:
             if isinstance(m, RequestVote):
                 if not m.transfer and self._in_lease():
@@ -346,7 +384,43 @@ class RaftNode:
             and self._election_elapsed < self._opts.election_tick
         )
 
+    def _unquiesce(self) -> None:
+        if not self.quiesced:
+            return
+        self.quiesced = False
+        if self.role is Role.LEADER:
+            # A fresh check-quorum period: whoever answers from now on counts.
+            self._election_elapsed = 0
+            self._heartbeat_elapsed = 0
+            for pr in self._progress.values():
+                pr.recent_active = False
+
+    def _can_quiesce(self) -> bool:
+        """The leader has nothing to replicate, everyone it reaches holds all of its log
+        durably (so learns from this heartbeat that all of it is committed), and those it
+        reaches make a majority."""
+        if not self._opts.quiesce or self._transferee != NO_NODE:
+            return False
+        log = self._log
+        last = log.last_index()
+        if log.committed != last or log.stable_index() != last:
+            return False
+        reached = {self.id}
+        for peer, pr in self._progress.items():
+            if peer in self.dead_peers:
+                continue
+            if (
+                pr.state is not ProgressState.REPLICATE
+                or pr.match != last
+                or len(pr.inflights)
+                or not pr.recent_active
+            ):
+                return False
+            reached.add(peer)
+        return self.config.has_quorum(reached)
+
     def _reset(self, term: int) -> None:
+        self.quiesced = False
         if term != self.term:
             self.term = term
             self.vote = NO_NODE
@@ -493,8 +567,14 @@ class RaftNode:
             if isinstance(m, AppendEntries):
                 self._handle_append(m)
             elif isinstance(m, Heartbeat):
-                self._commit_to(min(m.commit, self._log.last_index()))
+                log = self._log
+                self._commit_to(min(m.commit, log.last_index()))
                 self._send(HeartbeatResponse(self.id, m.src, self.term))
+                if m.quiesce and m.commit == log.last_index() == log.committed:
+                    # We hold exactly the leader's log, all committed: nothing can happen
+                    # in this group until someone proposes, or a member goes away.
+                    self.quiesced = True
+                    self.quiesce_count += 1
             else:
                 self._handle_snapshot(m)
         elif isinstance(m, TimeoutNow) and self._promotable():
@@ -565,8 +645,12 @@ class RaftNode:
             self._transferee = NO_NODE  # a transfer not done within a timeout is abandoned
         if self._heartbeat_elapsed >= self._opts.heartbeat_tick:
             self._heartbeat_elapsed = 0
+            quiesce = self._can_quiesce()
             for peer in sorted(self._progress):
-                self._send_heartbeat(peer)
+                self._send_heartbeat(peer, quiesce=quiesce)
+            if quiesce:
+                self.quiesced = True
+                self.quiesce_count += 1
 
     def _quorum_active(self) -> bool:
         active = {self.id}
@@ -653,11 +737,11 @@ class RaftNode:
                     pass
         self._bcast_entries = False
 
-    def _send_heartbeat(self, peer: int) -> None:
+    def _send_heartbeat(self, peer: int, *, quiesce: bool = False) -> None:
         # Never more than the follower is known to hold: it must not commit entries it
         # may have from another leader.
         commit = min(self._progress[peer].match, self._log.committed)
-        self._send(Heartbeat(self.id, peer, self.term, commit))
+        self._send(Heartbeat(self.id, peer, self.term, commit, quiesce))
 
     def _send_append(self, peer: int, *, send_if_empty: bool = False) -> bool:
         pr = self._progress[peer]

@@ -20,16 +20,18 @@ from vdl.backends.api import SnapshotStaging
 from vdl.consensus.frames import (
     FORWARD_GROUP,
     HELLO,
+    Beat,
     FrameError,
     FrameReader,
     decode_hello,
+    encode_beat,
     encode_forward,
     encode_frame,
     encode_gossip,
     encode_hello,
 )
-from vdl.consensus.messages import Message
-from vdl.consensus.peer_link import PeerLink
+from vdl.consensus.messages import Heartbeat, HeartbeatResponse, Message
+from vdl.consensus.peer_link import OnBeat, PeerLink
 from vdl.consensus.peer_tls import (
     PeerTls,
     open_raft_stream,
@@ -57,6 +59,7 @@ _HELLO_TIMEOUT_S = 5.0
 _ADMIN_TIMEOUT_S = 10.0
 _SNAPSHOT_TIMEOUT_S = 300.0
 ADMIN_NODE = 0
+_BEAT_ITEMS = 65536  # heartbeats waiting for one peer's next beat; more are dropped
 
 
 class RaftTransport:
@@ -70,8 +73,18 @@ class RaftTransport:
         queue_limit: int = 4096,
         tls: PeerTls | None = None,
         limits: ConnectionLimits | None = None,
+        incarnation: int = 0,
+        on_beat: OnBeat | None = None,
     ) -> None:
+        """`incarnation` tells this process from an earlier one of the same node in its
+        beats; `on_beat(peer, incarnation)` hears every peer's (node liveness)."""
         self.node_id = node_id
+        self.incarnation = incarnation
+        self._on_beat = on_beat
+        # Heartbeats of all groups for each peer, sent together as one beat (clock.py).
+        self._beats: dict[int, list[tuple[int, Beat]]] = {}
+        self._beat_soon = trio.Event()
+        self.beats_sent = 0
         self.limits = limits or ConnectionLimits("raft")
         self._tls = tls
         self._listen = listen
@@ -95,6 +108,7 @@ class RaftTransport:
             self._router.deliver,
             queue_limit=self._queue_limit,
             tls=self._tls,
+            on_beat=self._on_beat,
         )
         self.links[peer] = link
         if self._nursery is not None:
@@ -119,7 +133,38 @@ class RaftTransport:
         if not link.connected:
             link.dropped += 1  # without encoding: a dead peer costs nothing per message
             return
+        if isinstance(message, (Heartbeat, HeartbeatResponse)):
+            waiting = self._beats.setdefault(message.dst, [])
+            if len(waiting) >= _BEAT_ITEMS:
+                link.dropped += 1
+                return
+            waiting.append((group_id, message))
+            self._beat_soon.set()
+            return
         link.send(encode_frame(group_id, message))
+
+    def beat(self) -> None:
+        """Send every connected peer a beat, with the heartbeats waiting for it."""
+        beats, self._beats = self._beats, {}
+        for peer, link in self.links.items():
+            if link.connected:
+                link.send(encode_beat(self.incarnation, beats.get(peer, ())))
+                self.beats_sent += 1
+
+    async def _send_beats(self) -> None:
+        """Heartbeats leave soon after they are made, but together: the groups a clock
+        tick woke all run before this task does (they were scheduled first), so their
+        heartbeats for one peer share one beat."""
+        while True:
+            await self._beat_soon.wait()
+            self._beat_soon = trio.Event()
+            await trio.lowlevel.checkpoint()
+            beats, self._beats = self._beats, {}
+            for peer, items in beats.items():
+                link = self.links.get(peer)
+                if link is not None and link.connected and items:
+                    link.send(encode_beat(self.incarnation, items))
+                    self.beats_sent += 1
 
     def forward(self, node_id: int, command: bytes) -> None:
         """Ask `node_id` (the metadata leader) to propose `command`; best effort."""
@@ -140,6 +185,7 @@ class RaftTransport:
         self.port = int(listeners[0].socket.getsockname()[1])
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            nursery.start_soon(self._send_beats)
             for peer, link in self.links.items():
                 nursery.start_soon(self._run_link, peer, link)
             for listener in listeners:

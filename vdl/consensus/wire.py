@@ -6,7 +6,7 @@ Layout (big-endian): u8 kind, u64 src, u64 dst, u64 term, then per kind:
                        count * (u64 term, u8 type, u32 length, payload)
                        (entry indexes are implicit: prev_index + 1, + 2, ...)
     AppendResponse     u64 index, u8 reject, u64 hint_index, u64 hint_term
-    Heartbeat          u64 commit
+    Heartbeat          u64 commit, u8 flags (1 quiesce)
     HeartbeatResponse  -
     RequestVote        u64 last_index, u64 last_term, u8 flags (1 pre-vote, 2 transfer)
     VoteResponse       u8 flags (1 granted, 2 pre-vote)
@@ -50,12 +50,12 @@ MAX_NUMBER = 2**62
 _HEAD = struct.Struct(">BQQQ")
 _U8 = struct.Struct(">B")
 _U32 = struct.Struct(">I")
-_U64 = struct.Struct(">Q")
 _APPEND = struct.Struct(">QQQI")
 _ENTRY = struct.Struct(">QBI")
 _APPEND_RESP = struct.Struct(">QBQQ")
 _VOTE = struct.Struct(">QQB")
 _SNAP = struct.Struct(">QQ")
+_HEARTBEAT = struct.Struct(">QB")
 
 _KINDS: dict[type, int] = {
     AppendEntries: 1,
@@ -81,7 +81,7 @@ def encode(m: Message) -> bytes:
     elif isinstance(m, AppendResponse):
         out += _APPEND_RESP.pack(m.index, m.reject, m.hint_index, m.hint_term)
     elif isinstance(m, Heartbeat):
-        out += _U64.pack(m.commit)
+        out += _HEARTBEAT.pack(m.commit, m.quiesce)
     elif isinstance(m, RequestVote):
         out += _VOTE.pack(m.last_index, m.last_term, m.pre_vote | (m.transfer << 1))
     elif isinstance(m, VoteResponse):
@@ -142,9 +142,9 @@ def decode(data: bytes | bytearray | memoryview) -> Message:
         _check_numbers(index, hint_index, hint_term)
         m = AppendResponse(src, dst, term, index, bool(reject), hint_index, hint_term)
     elif kind == 3:
-        (commit,) = r.unpack(_U64)
+        commit, flags = r.unpack(_HEARTBEAT)
         _check_numbers(commit)
-        m = Heartbeat(src, dst, term, commit)
+        m = Heartbeat(src, dst, term, commit, bool(flags & 1))
     elif kind == 4:
         m = HeartbeatResponse(src, dst, term)
     elif kind == 5:

@@ -1,7 +1,8 @@
 """Group drivers of several nodes in one trio run, joined by an in-memory network.
 
-Each node has real stores (segment log, RocksDB metadata) in its own directory and its own
-Flusher, so restarts read back exactly what the driver persisted.
+Each node has real stores (segment log, RocksDB metadata) in its own directory, its own
+Flusher, and its own NodeClock whose liveness beats travel on the same network, so restarts
+read back exactly what the driver persisted and idle groups quiesce and wake as on nodes.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import trio
 from vdl.backends.api import Entry, EntryType, LogStore, LogStoreOptions, MetaStore
 from vdl.backends.registry import open_log_store, open_meta_store
 from vdl.consensus import RaftOptions
+from vdl.consensus.clock import NodeClock
 from vdl.consensus.driver import DriverOptions, GroupDriver
 from vdl.consensus.messages import Message
 from vdl.consensus.router import GroupRouter
@@ -35,13 +37,22 @@ class MemoryNet:
         self.down: set[int] = set()
         self.isolated: set[int] = set()
         self.sent = 0
+        self.clocks: dict[int, NodeClock] = {}
 
     def outbox(self, src: int) -> _NodeOutbox:
-        return _NodeOutbox(self, src)
+        return _NodeOutbox(self, src, random.getrandbits(62))
+
+    def cut(self, src: int, dst: int) -> bool:
+        return bool({src, dst} & self.down or {src, dst} & self.isolated)
+
+    def beat(self, src: int, incarnation: int) -> None:
+        for dst, clock in self.clocks.items():
+            if dst != src and not self.cut(src, dst):
+                clock.liveness.heard(src, incarnation)
 
     def route(self, src: int, group_id: int, message: Message) -> None:
         dst = message.dst
-        if dst in self.down or src in self.down or {src, dst} & self.isolated:
+        if self.cut(src, dst):
             return
         router = self.routers.get(dst)
         if router is not None:
@@ -54,8 +65,13 @@ class _NodeOutbox:
     net: MemoryNet
     src: int
 
+    incarnation: int = 0
+
     def send(self, group_id: int, message: Message) -> None:
         self.net.route(self.src, group_id, message)
+
+    def beat(self) -> None:
+        self.net.beat(self.src, self.incarnation)
 
 
 @dataclass
@@ -117,6 +133,10 @@ class TestNode:
         flusher = Flusher()
         self.flusher = flusher
         router = GroupRouter()
+        outbox = self.net.outbox(self.node_id)
+        clock = NodeClock(OPTIONS.tick_s)
+        clock.attach(outbox)
+        self.net.clocks[self.node_id] = clock
         self.driver = GroupDriver(
             GROUP,
             self.node_id,
@@ -124,11 +144,12 @@ class TestNode:
             self.store,
             self.meta,
             flusher,
-            self.net.outbox(self.node_id),
+            outbox,
             self.machine,
             raft=RAFT,
             options=OPTIONS,
             rng=random.Random(self.node_id),
+            clock=clock,
         )
         router.add(GROUP, self.driver)
         self.net.routers[self.node_id] = router
@@ -142,6 +163,7 @@ class TestNode:
                 async with trio.open_nursery() as inner:
                     await inner.start(flusher.run)
                     await inner.start(driver.run)
+                    await inner.start(clock.run)
             await driver.close()
             done.set()
 
@@ -157,6 +179,7 @@ class TestNode:
         self.store.close()
         self.meta.close()
         self.net.routers.pop(self.node_id, None)
+        self.net.clocks.pop(self.node_id, None)
         self.driver = None
 
 

@@ -57,7 +57,9 @@ def entries_of(*terms: int, start: int = 1) -> list[Entry]:
     return [Entry(t, start + i, EntryType.DATA, b"x%d" % (start + i)) for i, t in enumerate(terms)]
 
 
-OPTS = RaftOptions(election_tick=10, heartbeat_tick=1, max_inflight=8)
+# Quiescence off: these tests step cores by hand, with no node liveness to wake them
+# (test_quiescence.py covers it).
+OPTS = RaftOptions(election_tick=10, heartbeat_tick=1, max_inflight=8, quiesce=False)
 
 
 def make_node(

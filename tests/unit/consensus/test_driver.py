@@ -117,6 +117,35 @@ async def test_a_new_leader_takes_over_after_the_leader_dies(cluster: DriverClus
         old.store = None
 
 
+async def test_an_idle_group_quiesces_on_every_node_and_wakes_when_its_leader_dies(
+    cluster: DriverCluster,
+) -> None:
+    """Idle, the group leaves every node's clock (no ticks, no messages); the leader's
+    death is noticed by node liveness, which wakes the followers, and they elect."""
+    index = await cluster.propose(b"x")
+    await cluster.wait_applied(index, [1, 2, 3])
+    clocks = cluster.net.clocks
+    with trio.fail_after(30):
+        while any(c.awake for c in clocks.values()):
+            await trio.sleep(0.05)
+    sent = cluster.net.sent
+    await trio.sleep(20 * OPTIONS.tick_s)
+    assert cluster.net.sent == sent  # quiet: not one message in two election timeouts
+    old = await cluster.wait_leader()
+    assert old.driver is not None and old.driver.quiesced
+    # Quiesced, the followers' contact with the leader is what node liveness says.
+    assert old.driver.in_contact() == frozenset({1, 2, 3})
+    old_term = old.driver.term
+    await old.stop()
+    new = await cluster.wait_leader()
+    assert new is not old and new.driver is not None and new.driver.term > old_term
+    after = await cluster.propose(b"y")
+    others = [n for n in cluster.nodes if n != old.node_id]
+    await cluster.wait_applied(after, others)
+    values = [cluster.nodes[n].machine.data() for n in others]
+    assert len(values[0]) == 2 and values[0] == values[1]
+
+
 async def test_a_whole_cluster_restarts_from_disk(
     tmp_path: Path, clock: trio.testing.MockClock
 ) -> None:

@@ -43,7 +43,7 @@ def test_real_vote_is_sent_only_after_persist() -> None:
 
 
 def test_candidate_requests_votes_after_persisting_its_own() -> None:
-    node = make_node(1, [1, 2, 3], options=RaftOptions(pre_vote=False))
+    node = make_node(1, [1, 2, 3], options=RaftOptions(pre_vote=False, quiesce=False))
     node.campaign()
     rd = node.ready()
     assert node.role is Role.CANDIDATE
@@ -68,7 +68,7 @@ def test_pre_vote_keeps_a_partitioned_node_from_inflating_its_term() -> None:
 
 def test_without_pre_vote_the_partitioned_node_disrupts() -> None:
     # The contrast that shows why pre-vote is on by default.
-    net = Net([1, 2, 3], options=RaftOptions(pre_vote=False, check_quorum=False))
+    net = Net([1, 2, 3], options=RaftOptions(pre_vote=False, check_quorum=False, quiesce=False))
     net.elect(1)
     net.isolate(3)
     net.tick(100)

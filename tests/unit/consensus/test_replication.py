@@ -72,7 +72,7 @@ def test_entries_of_a_previous_term_are_not_committed_by_counting() -> None:
     # Raft figure 8: node 1 leads term 3 with an uncommitted term-2 entry at index 2.
     storage = MemStorage(entries_of(1, 2))
     storage.hard_state = HardState(term=2)
-    leader = make_node(1, [1, 2, 3], storage, options=RaftOptions(pre_vote=False))
+    leader = make_node(1, [1, 2, 3], storage, options=RaftOptions(pre_vote=False, quiesce=False))
     leader.campaign()
     rd = leader.ready()
     storage.write(rd)
@@ -119,7 +119,7 @@ def test_short_follower_log_hint_skips_straight_to_its_end() -> None:
 
 
 def test_inflight_window_bounds_unacknowledged_appends() -> None:
-    net = Net([1, 2, 3], options=RaftOptions(max_inflight=2, max_append_bytes=1))
+    net = Net([1, 2, 3], options=RaftOptions(max_inflight=2, max_append_bytes=1, quiesce=False))
     leader = net.elect(1)
     net.tick(1)
     assert leader.progress[2].state is ProgressState.REPLICATE

@@ -7,8 +7,21 @@ import trio
 
 from tests.integration.node_process import free_port
 from vdl.backends.api import Entry, EntryType
-from vdl.consensus.frames import FrameError, FrameReader, encode_frame
-from vdl.consensus.messages import AppendEntries, Heartbeat, Message
+from vdl.consensus.frames import (
+    BEAT_GROUP,
+    FrameError,
+    FrameReader,
+    decode_beat,
+    encode_beat,
+    encode_frame,
+)
+from vdl.consensus.messages import (
+    AppendEntries,
+    AppendResponse,
+    Heartbeat,
+    HeartbeatResponse,
+    Message,
+)
 from vdl.consensus.router import GroupRouter
 from vdl.consensus.transport import RaftTransport
 from vdl.net.limits import ConnectionLimits
@@ -37,14 +50,37 @@ def test_a_garbage_frame_is_an_error() -> None:
         FrameReader().feed(b"\x00\x00\x00\x01" + b"\x00" * 16)
 
 
+def test_a_beat_carries_the_heartbeats_of_many_groups_in_one_frame() -> None:
+    items = [
+        (5, Heartbeat(1, 2, 3, 9)),
+        (6, Heartbeat(1, 2, 4, 0, quiesce=True)),
+        (7, HeartbeatResponse(1, 2, 8)),
+    ]
+    [(group, body)] = FrameReader().feed(encode_beat(42, items))
+    assert group == BEAT_GROUP and isinstance(body, bytes)
+    assert decode_beat(body, 1, 2) == (42, items)
+    assert decode_beat(encode_beat(7, [])[12:], 1, 2) == (7, [])
+    for bad in (body[:-1], body + b"\x00", body[:16] + b"\x09" + body[17:]):
+        with pytest.raises(FrameError):
+            decode_beat(bad, 1, 2)
+
+
 class Node:
-    def __init__(self, node_id: int, ports: dict[int, int]) -> None:
+    def __init__(self, node_id: int, ports: dict[int, int], groups: int = 2) -> None:
         self.router = GroupRouter()
-        self.boxes = {g: Box() for g in (1, 2)}
+        self.boxes = {g: Box() for g in range(1, groups + 1)}
         for group, box in self.boxes.items():
             self.router.add(group, box)
         peers = {n: ("127.0.0.1", p) for n, p in ports.items()}
-        self.transport = RaftTransport(node_id, ("127.0.0.1", ports[node_id]), peers, self.router)
+        self.beats: list[tuple[int, int]] = []
+        self.transport = RaftTransport(
+            node_id,
+            ("127.0.0.1", ports[node_id]),
+            peers,
+            self.router,
+            incarnation=100 + node_id,
+            on_beat=lambda peer, inc: self.beats.append((peer, inc)),
+        )
         self.scope = trio.CancelScope()
 
     async def start(self, nursery: trio.Nursery) -> None:
@@ -86,6 +122,30 @@ async def test_messages_of_many_groups_flow_both_ways_over_one_connection() -> N
         assert all(
             link.connects == 1 for n in nodes.values() for link in n.transport.links.values()
         )
+        nursery.cancel_scope.cancel()
+
+
+async def test_heartbeats_of_all_groups_travel_to_a_peer_as_one_beat() -> None:
+    """What a tick makes the groups say to one peer leaves as one frame, which is also
+    the sender's liveness beat (with its incarnation)."""
+    ports = {1: free_port(), 2: free_port()}
+    a, b = Node(1, ports, groups=50), Node(2, ports, groups=50)
+    async with trio.open_nursery() as nursery:
+        await a.start(nursery)
+        await b.start(nursery)
+        await a.transport.links[2].wait_connected()
+        await b.transport.links[1].wait_connected()
+        before = a.transport.beats_sent
+        for group in range(1, 51):
+            a.transport.send(group, Heartbeat(1, 2, group, group, quiesce=group % 2 == 0))
+        await _until(lambda: all(box.got for box in b.boxes.values()))
+        assert a.transport.beats_sent == before + 1
+        for group, box in b.boxes.items():
+            assert box.got == [Heartbeat(1, 2, group, group, quiesce=group % 2 == 0)]
+        assert b.beats == [(1, 101)]
+        # The clock's beat reaches every connected peer even with nothing to carry.
+        b.transport.beat()
+        await _until(lambda: a.beats == [(2, 102)])
         nursery.cancel_scope.cancel()
 
 
@@ -145,8 +205,8 @@ async def test_frames_stay_in_order_when_the_socket_takes_only_part_of_one() -> 
         await a.transport.links[2].wait_connected()
         await b.transport.links[1].wait_connected()
         big = AppendEntries(1, 2, 1, 0, 0, 0, (Entry(1, 1, EntryType.NOOP, b"x" * 16_000_000),))
-        sent: list[Message] = [Heartbeat(1, 2, 1, 0), big]
-        sent += [Heartbeat(1, 2, 1, i) for i in range(1, 200)]
+        sent: list[Message] = [AppendResponse(1, 2, 1, 0), big]
+        sent += [AppendResponse(1, 2, 1, i) for i in range(1, 200)]
         for message in sent:
             a.transport.send(1, message)
         await _until(lambda: len(b.boxes[1].got) == len(sent), timeout=30)
