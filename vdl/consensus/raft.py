@@ -204,6 +204,10 @@ class RaftNode:
         if self.role is Role.LEADER:
             for peer in sorted(self._progress):
                 self._send_heartbeat(peer)
+        elif self.leader_id in self.dead_peers:
+            # Liveness already waited an election timeout of silence from the leader: its
+            # lease is over here, and the next campaign comes within one more timeout.
+            self._election_elapsed = max(self._election_elapsed, self._opts.election_tick)
 
     def campaign(self) -> None:
         """Start an election now, as if the election timeout had fired."""
