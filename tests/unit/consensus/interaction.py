@@ -19,7 +19,7 @@ Commands (ids are node ids; `(1,2)` is a list):
 
     add-nodes N voters=(1,2,3) [learners=()] [election=10] [heartbeat=1] [inflight=8]
               [prevote=true] [checkquorum=true] [quiesce=true]
-    campaign ID | tick ID|all [N] | propose ID DATA... | transfer ID TARGET | wake ID [dead=()]
+    campaign ID | tick ID[,ID...]|all [N] | propose ID DATA... | transfer ID TARGET | wake ID [dead=()]
     process-ready [ID...] | durable ID [INDEX] | deliver-msgs [ID...] [drop=(ID...)]
     stabilize [ID...] | status [ID...] | log ID | isolate ID | heal | log-level info|none
 
@@ -285,7 +285,7 @@ class InteractionEnv:
         self._node(cmd.args[0]).campaign()
 
     def cmd_tick(self, cmd: Command) -> None:
-        ids = sorted(self.nodes) if cmd.args[0] == "all" else [int(cmd.args[0])]
+        ids = sorted(self.nodes) if cmd.args[0] == "all" else [int(x) for x in cmd.args[0].split(",")]
         count = int(cmd.args[1]) if len(cmd.args) > 1 else 1
         for _ in range(count):
             for i in ids:
