@@ -75,9 +75,7 @@ def run_file(path: Path, handle: Callable[[str], str], *, rewrite: bool = False)
             part.expected = actual
         elif actual != part.expected:
             diff = "\n".join(
-                difflib.unified_diff(
-                    part.expected, actual, "expected", "actual", lineterm=""
-                )
+                difflib.unified_diff(part.expected, actual, "expected", "actual", lineterm="")
             )
             raise AssertionError(
                 f"{path.name}:{part.line_no}: output of {part.command!r} differs\n{diff}"

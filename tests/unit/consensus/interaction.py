@@ -19,7 +19,8 @@ Commands (ids are node ids; `(1,2)` is a list):
 
     add-nodes N voters=(1,2,3) [learners=()] [election=10] [heartbeat=1] [inflight=8]
               [prevote=true] [checkquorum=true] [quiesce=true]
-    campaign ID | tick ID[,ID...]|all [N] | propose ID DATA... | transfer ID TARGET | wake ID [dead=()]
+    campaign ID | tick ID[,ID...]|all [N] | propose ID DATA... | transfer ID TARGET
+    wake ID [dead=(ID...)]
     process-ready [ID...] | durable ID [INDEX] | deliver-msgs [ID...] [drop=(ID...)]
     stabilize [ID...] | status [ID...] | log ID | isolate ID | heal | log-level info|none
 
@@ -285,7 +286,8 @@ class InteractionEnv:
         self._node(cmd.args[0]).campaign()
 
     def cmd_tick(self, cmd: Command) -> None:
-        ids = sorted(self.nodes) if cmd.args[0] == "all" else [int(x) for x in cmd.args[0].split(",")]
+        which = cmd.args[0]
+        ids = sorted(self.nodes) if which == "all" else [int(x) for x in which.split(",")]
         count = int(cmd.args[1]) if len(cmd.args) > 1 else 1
         for _ in range(count):
             for i in ids:
@@ -381,14 +383,18 @@ class InteractionEnv:
         return True
 
     def cmd_deliver_msgs(self, cmd: Command) -> None:
-        self._deliver(self._targets(cmd), set(cmd.ids("drop")))
+        drop = set(cmd.ids("drop"))
+        ids = [int(a) for a in cmd.args] if cmd.args or drop else sorted(self.nodes)
+        self._deliver(ids, drop)
 
     def _deliver(self, ids: list[int], drop: set[int]) -> bool:
-        """Step every queued message for `ids` (in queue order); False if there was none."""
-        mine = [m for m in self.queue if m.dst in ids]
+        """Step every queued message for `ids` and drop those for `drop` (in queue order);
+        False if there was none."""
+        targets = set(ids) | drop
+        mine = [m for m in self.queue if m.dst in targets]
         if not mine:
             return False
-        self.queue = [m for m in self.queue if m.dst not in ids]
+        self.queue = [m for m in self.queue if m.dst not in targets]
         for m in mine:
             if m.dst in drop or m.src in self.isolated or m.dst in self.isolated:
                 self._emit("dropped: " + fmt_msg(m))
