@@ -103,6 +103,8 @@ class _Hosted:
     driver: GroupDriver
     scope: trio.CancelScope
     done: trio.Event
+    # The leader claim gossiped for the group while quiesced, keyed by `settled()`.
+    claim: tuple[tuple[int, int], LeaderClaim | None] | None = None
 
 
 class ClusterManager:
@@ -243,10 +245,19 @@ class ClusterManager:
         claims = []
         for hosted in self._hosted.values():
             driver = hosted.driver
+            settled = driver.settled()
+            if settled is not None and hosted.claim is not None and hosted.claim[0] == settled:
+                # Quiesced and nothing changed: the same claim (or none) as last time.
+                if hosted.claim[1] is not None:
+                    claims.append(hosted.claim[1])
+                continue
+            claim = None
             if driver.is_leader:
                 contact = driver.in_contact()
                 isr = tuple(sorted(n for n in driver.voters if n in contact))
-                claims.append(LeaderClaim(hosted.group_id, driver.term, isr))
+                claim = LeaderClaim(hosted.group_id, driver.term, isr)
+                claims.append(claim)
+            hosted.claim = None if settled is None else (settled, claim)
         return claims
 
     async def _gossip_loop(self) -> None:
@@ -342,8 +353,13 @@ class ClusterManager:
                 self._reconfigure(self._driver0, frozenset(self.state.members))
             for (topic, partition), hosted in list(self._hosted.items()):
                 placement = self.state.placements.get(topic)
-                if hosted.driver.is_leader and placement is not None:
-                    self._reconfigure(hosted.driver, frozenset(placement.replicas[partition]))
+                driver = hosted.driver
+                if not driver.is_leader or placement is None:
+                    continue
+                wanted = frozenset(placement.replicas[partition])
+                if driver.quiesced and driver.voters == wanted and not driver.config.learners:
+                    continue  # an idle group that already has its replicas
+                self._reconfigure(driver, wanted)
 
     def _reconfigure(self, driver: GroupDriver, wanted: frozenset[int]) -> None:
         change = next_change(driver.config, wanted, driver.match(), driver.commit_index)

@@ -69,6 +69,9 @@ class LeaderPlacement:
         self._check_s = check_s
         self._retry_s = retry_s
         self._attempts: dict[int, float] = {}  # group id -> when its last transfer started
+        # Quiesced groups found where they belong, with what that was decided from: they
+        # are not looked at again until something of it changes.
+        self._settled: dict[int, tuple[object, ...]] = {}
         self.transfers = 0
 
     async def run(self) -> None:
@@ -79,11 +82,18 @@ class LeaderPlacement:
     def step(self, now: float) -> list[tuple[int, int]]:
         """One pass; the (group, target) transfers started."""
         dcs = self._dcs()
+        dcs_key = tuple(sorted(dcs.items()))
+        settled: dict[int, tuple[object, ...]] = {}
         started = []
         for driver, preferred, replicas in self._led():
             if not driver.is_leader:
                 continue
             group = driver.group_id
+            quiet = driver.settled()
+            key = (quiet, preferred, replicas, dcs_key)
+            if quiet is not None and self._settled.get(group) == key:
+                settled[group] = key
+                continue
             last = self._attempts.get(group)
             if last is not None and now - last < self._retry_s:
                 continue
@@ -98,6 +108,8 @@ class LeaderPlacement:
                 commit_index=driver.commit_index,
             )
             if target is None:
+                if quiet is not None:
+                    settled[group] = key
                 continue
             self._attempts[group] = now
             try:
@@ -120,4 +132,5 @@ class LeaderPlacement:
         # deleted since must not pile up here).
         for group in [g for g, t in self._attempts.items() if now - t >= self._retry_s]:
             del self._attempts[group]
+        self._settled = settled
         return started

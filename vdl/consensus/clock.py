@@ -18,10 +18,13 @@ reach a majority.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import Protocol
 
 import trio
+
+log = logging.getLogger(__name__)
 
 
 class Beacon(Protocol):
@@ -45,7 +48,8 @@ class NodeLiveness:
         self.timeout_s = timeout_s
         self._heard: dict[int, tuple[float, int]] = {}  # peer -> (when, incarnation)
         self._view: dict[int, int] = {}  # peer -> incarnation while up
-        self.changes = 0
+        self.up: frozenset[int] = frozenset()
+        self.changes = 0  # moves whenever the view does (a cache key for what depends on it)
 
     def heard(self, peer: int, incarnation: int) -> None:
         self._heard[peer] = (trio.current_time(), incarnation)
@@ -56,20 +60,35 @@ class NodeLiveness:
     def is_up(self, peer: int) -> bool:
         return peer in self._view
 
-    def check(self) -> frozenset[int]:
-        """Update the view; the peers whose state changed since the last check."""
+    def check(self, *, punctual: bool = True) -> frozenset[int]:
+        """Update the view; the peers whose state changed since the last check. Not
+        `punctual` (this node's own loop was stalled, and the beats that came meanwhile
+        may still wait in its sockets): peers may come up, but none goes down."""
         horizon = trio.current_time() - self.timeout_s
         view = {p: inc for p, (when, inc) in self._heard.items() if when >= horizon}
+        if not punctual:
+            for peer, incarnation in self._view.items():
+                view.setdefault(peer, incarnation)
         changed = frozenset(
             p for p in view.keys() | self._view.keys() if view.get(p) != self._view.get(p)
         )
+        for peer in sorted(changed):
+            if peer not in view:
+                log.warning("node %d is down: no beat for %.1f s", peer, self.timeout_s)
+            elif peer in self._view:
+                log.warning("node %d restarted", peer)
+            else:
+                log.info("node %d is up", peer)
         self._view = view
-        self.changes += len(changed)
+        if changed:
+            self.up = frozenset(view)
+            self.changes += len(changed)
         return changed
 
     def down(self, peers: Iterable[int]) -> frozenset[int]:
         """Those of `peers` this node does not hear from."""
-        return frozenset(p for p in peers if p not in self._view)
+        up = self.up
+        return frozenset(p for p in peers if p not in up)
 
 
 class NodeClock:
@@ -83,6 +102,7 @@ class NodeClock:
         self._awake: dict[Tickable, None] = {}  # insertion-ordered set
         self.ticks = 0
         self.group_ticks = 0  # ticks handed to groups, in all (what idle groups save)
+        self._last_tick: float | None = None
 
     def attach(self, beacon: Beacon) -> None:
         self._beacon = beacon
@@ -122,7 +142,12 @@ class NodeClock:
         self.ticks += 1
         if self._beacon is not None:
             self._beacon.beat()
-        changed = self.liveness.check()
+        # A tick far behind its time means this node stalled (a burst of partitions to
+        # open, a long GC): silence seen now may be ours, so nobody is declared down yet.
+        now = trio.current_time()
+        punctual = self._last_tick is None or now - self._last_tick < 3 * self.tick_s
+        self._last_tick = now
+        changed = self.liveness.check(punctual=punctual)
         if changed:
             for group, members in list(self._members.items()):
                 hit = changed & members

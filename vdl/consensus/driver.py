@@ -171,6 +171,9 @@ class GroupDriver:
         self._hint_ticks = 0
         self._liveness_changed = False
         self._awake = True  # as the clock knows it
+        self._contact: tuple[tuple[int, int], frozenset[int]] | None = None
+        self._quiet_spells = 0  # times the group fell quiet (see settled)
+        self._retention_saved: SnapshotMeta | None = None  # last point compact() recorded
         self._members_seen = self.core.config.members
         self._wakeup = trio.Event()
         self._pending: deque[_PendingPersist] = deque()
@@ -364,8 +367,15 @@ class GroupDriver:
         """This node and the voters heard from within an election timeout (the ISR); in
         a quiesced group, where nobody speaks, the voters node liveness holds for up."""
         voters = self.voters
-        if self.core.quiesced:
-            return frozenset(voters - self._clock.down(voters - {self.node_id}))
+        settled = self.settled()
+        if settled is not None:
+            cached = self._contact
+            if cached is not None and cached[0] == settled:
+                return cached[1]
+            up = self._clock.liveness.up
+            contact = frozenset(v for v in voters if v == self.node_id or v in up)
+            self._contact = (settled, contact)
+            return contact
         horizon = trio.current_time() - self._opts.tick_s * self._election_tick
         alive = {n for n, t in self._heard.items() if t >= horizon and n in voters}
         return frozenset(alive | {self.node_id})
@@ -373,6 +383,14 @@ class GroupDriver:
     @property
     def quiesced(self) -> bool:
         return self.core.quiesced
+
+    def settled(self) -> tuple[int, int] | None:
+        """While the group is quiesced: a value that stays the same as long as nothing
+        about it (role, term, members, who is in contact) can change, for callers that
+        cache what they derive from it; None while it is awake."""
+        if not self.core.quiesced or self._awake:
+            return None
+        return (self._quiet_spells, self._clock.liveness.changes)
 
     # ---- inputs from the node's clock ----------------------------------------------------
 
@@ -393,6 +411,7 @@ class GroupDriver:
             self._awake = awake
             self._clock.set_awake(self, awake)
             if not awake:
+                self._quiet_spells += 1
                 # No tick will come to save the commit hint later: one more turn does.
                 self._hint_ticks = self._opts.commit_hint_ticks
                 self._wakeup.set()
@@ -701,6 +720,7 @@ class GroupDriver:
             return
         await trio.to_thread.run_sync(self._store.sync)
         await trio.to_thread.run_sync(save_snapshot_meta, self._meta, self.group_id, snap)
+        self._retention_saved = snap
         # What was owed for the old content refers to entries that are gone.
         self._pending.clear()
         self._proposed.clear()
@@ -765,15 +785,21 @@ class GroupDriver:
         except ValueError:
             return 0  # the term there is unknown (a restart lost the record): keep it all
         # First a point the deletion cannot pass, in case of a crash while it runs...
-        save_snapshot_meta(self._meta, self.group_id, bound)
+        self._save_retention_point(bound)
         removed = store.apply_retention(now_ms, keep_from=applied + 1)
         try:
             # ...then exactly where the log starts now.
             point = core.retention_point(store.first_index() - 1)
         except ValueError:
             return removed
-        save_snapshot_meta(self._meta, self.group_id, point)
+        self._save_retention_point(point)
         return removed
+
+    def _save_retention_point(self, point: SnapshotMeta) -> None:
+        # An idle group's points do not move between passes: no write for them.
+        if point != self._retention_saved:
+            save_snapshot_meta(self._meta, self.group_id, point)
+            self._retention_saved = point
 
     async def _save_hard_state(self, *, force: bool) -> None:
         async with self._meta_lock:

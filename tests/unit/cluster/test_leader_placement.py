@@ -189,6 +189,9 @@ class _FakeDriver:
     def in_contact(self) -> frozenset[int]:
         return self.voters
 
+    def settled(self) -> tuple[int, int] | None:
+        return None  # awake: looked at on every pass
+
     def match(self) -> dict[int, int]:
         return {2: 10, 3: 10}
 

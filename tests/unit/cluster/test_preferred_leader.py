@@ -254,6 +254,9 @@ class _FakeDriver:
     def in_contact(self) -> frozenset[int]:
         return self.contact
 
+    def settled(self) -> tuple[int, int] | None:
+        return None  # awake: looked at on every pass
+
     def match(self) -> dict[int, int]:
         return {1: 10, 3: 10}
 
