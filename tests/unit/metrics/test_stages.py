@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from vdl.metrics.stages import (
 def test_latency_bounds_are_log_scale_from_50us_to_about_10s() -> None:
     assert LATENCY_BOUNDS_S[0] == pytest.approx(50e-6)
     assert 10.0 <= LATENCY_BOUNDS_S[-1] < 12.0
-    ratios = {round(b / a, 9) for a, b in zip(LATENCY_BOUNDS_S, LATENCY_BOUNDS_S[1:])}
+    ratios = {round(b / a, 9) for a, b in itertools.pairwise(LATENCY_BOUNDS_S)}
     assert ratios == {round(2**0.25, 9)}
     assert BYTES_BOUNDS[0] == 512 and BYTES_BOUNDS[-1] == 64 << 20
 
