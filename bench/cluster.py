@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
             name: stage_phase(after, before)
             for name, before, after in zip(
                 ("full load", "half load", "one in flight"),
-                stage_marks,
+                stage_marks[:-1],
                 stage_marks[1:],
                 strict=True,
             )

@@ -37,6 +37,9 @@ class GroupStageTimers(NoStageTimers):
     def __init__(self) -> None:
         self._round_trips: dict[int, IndexTimer] = {}
         self._received = IndexTimer(_RECEIVE_TO_WRITE)
+        # The last index written as a follower: entries a follower has already (a resent
+        # AppendEntries) are never written again, so they are not timed.
+        self._follower_written = 0
         self._written_leader = IndexTimer(_WRITE_TO_DURABLE_LEADER)
         self._written_follower = IndexTimer(_WRITE_TO_DURABLE_FOLLOWER)
 
@@ -57,13 +60,14 @@ class GroupStageTimers(NoStageTimers):
                 if timer is not None:
                     timer.stop_upto(message.index)
         elif isinstance(message, AppendEntries):
-            if message.entries:
+            if message.entries and message.entries[-1].index > self._follower_written:
                 self._received.start(message.entries[-1].index)
 
     def written(self, last_index: int, leader: bool) -> None:
         """Entries up to `last_index` were appended to the store (not synced)."""
         if not leader:
             self._received.stop_upto(last_index)
+            self._follower_written = last_index
         (self._written_leader if leader else self._written_follower).start(last_index)
 
     def durable(self, index: int) -> None:
@@ -72,5 +76,7 @@ class GroupStageTimers(NoStageTimers):
         self._written_follower.stop_upto(index)
 
     def truncated(self, from_index: int) -> None:
+        self._follower_written = min(self._follower_written, from_index - 1)
+        self._received.drop_from(from_index)
         self._written_leader.drop_from(from_index)
         self._written_follower.drop_from(from_index)

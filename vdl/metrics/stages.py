@@ -174,7 +174,11 @@ class IndexTimer:
         self._limit = limit
 
     def start(self, index: int) -> None:
+        """Start timing `index`; an index not above the last one started is being timed
+        already (a resend, say): it keeps its first start."""
         starts = self._starts
+        if starts and starts[-1][0] >= index:
+            return
         if len(starts) >= self._limit:
             starts.popleft()
         starts.append((index, time.perf_counter()))

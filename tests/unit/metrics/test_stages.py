@@ -95,6 +95,8 @@ def test_index_timer_times_indexes_up_to_the_one_reached_and_forgets_truncated_o
     timer.stop_upto(2)  # nothing left at or below 2
     assert hist.count == 2
     timer.start(4)
+    timer.start(4)  # a resend keeps its first start
+    timer.start(2)
     timer.drop_from(4)
     timer.stop_upto(10)
     assert hist.count == 3  # only 3: 4 was truncated
