@@ -30,6 +30,10 @@ stay empty, the flusher and storage ones fill):
   partitions committed (its commit waiter was woken), to the response encoded and handed
   to the connection's writer (per request; acks=all only).
 
+So on the leader, one produce's time from its frame to its response is about decode +
+append + propose-to-commit + commit-to-response; reading the frame and writing the
+response on the socket are outside the stages.
+
 Below them, per node, whoever the writer is:
 
 - `flusher_round_seconds`: one flusher round in its thread (every dirty store synced).
@@ -39,9 +43,14 @@ Below them, per node, whoever the writer is:
   sync of a segment store: writing what it queued, then its fdatasync(s), and the bytes
   written by that sync (the bytes each fdatasync makes durable).
 
+Reading them: one registry per node process (`STAGES`); the node writes its snapshot as
+JSON to `<data-dir>/stage_timings.json` on SIGUSR1 and at shutdown (`vdl/node.py`), and
+`bench/stage_report.py` turns snapshots taken around a load phase into a table.
+
 Costs: recording is a `bisect` over 72 floats and three additions, a few hundred
 nanoseconds. There is no lock: each histogram has one writing thread (the flusher's
-thread writes only the flusher and storage ones, the Trio thread the rest), and a snapshot
+thread writes only the flusher and storage ones, as does a rare sync in a worker thread
+at a truncation; the Trio thread writes the rest), and a snapshot
 from another thread may see one observation half-counted, which does not matter here.
 """
 
