@@ -41,6 +41,10 @@ from machine import machine_info
 from node_launcher import REPO_ROOT, BenchNode, free_port
 from produce import SEQUENTIAL_TOPIC, run_sequential
 from raft_core import run_core
+from stage_report import as_json as stages_json
+from stage_report import phase as stage_phase
+from stage_report import render as render_stages
+from stage_report import snapshot as stage_snapshot
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 TOPIC = "bench"
@@ -136,8 +140,10 @@ def sequential_only(args: argparse.Namespace) -> int:
         _leaders_ready(cluster.bootstrap, topics)
         for round_ in range(args.sequential_rounds):
             before = [n.cpu_seconds() or 0.0 for n in cluster.nodes.values()]
+            stages_before = stage_snapshot(cluster.nodes)
             seq = run_sequential(cluster.bootstrap, args.size, args.sequential_seconds)
             after = [n.cpu_seconds() or 0.0 for n in cluster.nodes.values()]
+            stages = stage_phase(stage_snapshot(cluster.nodes), stages_before)
             # Node CPU per ack (in node id order) shows whether the path is bound by CPU.
             cpu_us = [1e6 * (a - b) / max(seq.acks, 1) for a, b in zip(after, before, strict=True)]
             print(
@@ -148,6 +154,7 @@ def sequential_only(args: argparse.Namespace) -> int:
                 + (f", errors {seq.errors}" if seq.errors else ""),
                 flush=True,
             )
+            print(render_stages(stages, f"one in flight #{round_ + 1}"), flush=True)
     finally:
         if cluster is not None:
             cluster.stop()
@@ -285,9 +292,12 @@ def main(argv: list[str] | None = None) -> int:
         create_topics(cluster.bootstrap, topics)
         _leaders_ready(cluster.bootstrap, topics)
         print(f"full load: {args.messages} x {args.size} B...", file=sys.stderr)
+        # Stage timings per load phase: the difference of the nodes' snapshots around it.
+        stage_marks = [stage_snapshot(cluster.nodes)]
         cpu_before = cluster.cpu_seconds()
         full = paced_produce(cluster.bootstrap, TOPIC, args.size, count=args.messages)
         cpu_after = cluster.cpu_seconds()
+        stage_marks.append(stage_snapshot(cluster.nodes))
         node_cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
         print("half load...", file=sys.stderr)
         half = paced_produce(
@@ -297,8 +307,19 @@ def main(argv: list[str] | None = None) -> int:
             rate=full.msgs_per_s / 2,
             seconds=args.half_seconds,
         )
+        stage_marks.append(stage_snapshot(cluster.nodes))
         print("one in flight...", file=sys.stderr)
         sequential = run_sequential(cluster.bootstrap, args.size, args.sequential_seconds)
+        stage_marks.append(stage_snapshot(cluster.nodes))
+        stages = {
+            name: stage_phase(after, before)
+            for name, before, after in zip(
+                ("full load", "half load", "one in flight"),
+                stage_marks[:-1],
+                stage_marks[1:],
+                strict=True,
+            )
+        }
         failovers: list[float] = []
         for round_ in range(args.failovers):
             print(f"failover {round_ + 1}...", file=sys.stderr)
@@ -351,10 +372,14 @@ def main(argv: list[str] | None = None) -> int:
         "failover": {"seconds": failovers},
         "core": {**asdict(core), "per_s": core.per_s},
         "pysyncobj": reference,
+        "stages": {name: stages_json(per_node) for name, per_node in stages.items()},
     }
     if reference.get("per_s"):
         result["core"]["ratio_to_pysyncobj"] = core.per_s / reference["per_s"]
     print(render(result))
+    for name, per_node in stages.items():
+        print()
+        print(render_stages(per_node, name))
     if not args.no_save:
         RESULTS_DIR.mkdir(parents=True, exist_ok=True)
         path = RESULTS_DIR / f"cluster-{started.strftime('%Y%m%dT%H%M%SZ')}.json"

@@ -16,6 +16,7 @@ import sys
 import time
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 
 import trio
 
@@ -38,6 +39,7 @@ from vdl.consensus.peer_tls import PeerTls
 from vdl.groups.coordinator import GroupConfig
 from vdl.groups.service import GroupService
 from vdl.log.flusher import Flusher
+from vdl.metrics.stages import SNAPSHOT_FILE, STAGES
 from vdl.net.grpc import GrpcServer, GrpcSettings
 from vdl.net.kafka.control_codec import warm_up
 from vdl.net.kafka.keepalive import KeepaliveTiming
@@ -422,12 +424,30 @@ async def _watch_signals(node: Node) -> None:
             return
 
 
+def _write_stage_timings(path: Path) -> None:
+    try:
+        STAGES.write_snapshot(path)
+    except OSError as exc:
+        log.warning("cannot write the stage timings to %s: %s", path, exc)
+
+
+async def _stage_timings_on_signal(path: Path) -> None:
+    """SIGUSR1 writes the stage timings (vdl/metrics/stages.py) to the data directory,
+    for benchmarks to read from a running node; shutdown writes them once more."""
+    with trio.open_signal_receiver(signal.SIGUSR1) as signals:
+        async for _ in signals:
+            _write_stage_timings(path)
+
+
 async def run_node(config: NodeConfig) -> None:
     node = Node(config)
+    timings = config.data_dir / SNAPSHOT_FILE
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_watch_signals, node)
+        nursery.start_soon(_stage_timings_on_signal, timings)
         await node.run()
         nursery.cancel_scope.cancel()
+    _write_stage_timings(timings)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

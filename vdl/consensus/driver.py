@@ -77,6 +77,7 @@ from vdl.consensus.snapshot_transfer import (
     load_snapshot_meta,
     save_snapshot_meta,
 )
+from vdl.consensus.stage_timers import GroupStageTimers, NoStageTimers
 from vdl.consensus.state import NO_NODE, Role, SnapshotMeta
 from vdl.log.flusher import Flusher
 
@@ -138,6 +139,8 @@ class GroupDriver:
         # A machine that only needs the commit point is told the index, and the core then
         # never reads committed payloads back from the store for it.
         self._index_machine = machine if isinstance(machine, AppliesByIndex) else None
+        # A stream's group records the stages of a produce (vdl/metrics/stages.py).
+        self._stages = NoStageTimers() if self._index_machine is None else GroupStageTimers()
         self._opts = options or DriverOptions()
         self._own_clock = clock is None
         self._clock = clock or NodeClock(self._opts.tick_s)
@@ -233,6 +236,7 @@ class GroupDriver:
     # ---- inputs from other tasks -------------------------------------------------------
 
     def deliver(self, message: Message) -> None:
+        self._stages.delivered(message)
         if (
             self._parked
             and not self._wakeup.is_set()
@@ -589,6 +593,7 @@ class GroupDriver:
             if isinstance(message, InstallSnapshot):
                 self._snapshots_sent[message.dst] = trio.current_time()
             self._outbox.send(self.group_id, message)
+            self._stages.sent(message)
 
     def _after_ready(self, rd: Ready, wrote: bool) -> None:
         if rd.needs_persist:
@@ -622,6 +627,7 @@ class GroupDriver:
         if not entries:
             return rd.truncate_from is not None
         self._store.append(entries)
+        self._stages.written(entries[-1].index, self.core.role is Role.LEADER)
         foreign = entries[own:]
         for entry in foreign:
             self._proposed.pop(entry.index, None)
@@ -639,10 +645,12 @@ class GroupDriver:
         self._durable_index = max(self._durable_index, self._store.last_index())
         self._release_durable()
         self._store.truncate_suffix(from_index)
+        self._stages.truncated(from_index)
         self._durable_index = min(self._durable_index, from_index - 1)
 
     def _release_durable(self) -> None:
         durable = self._durable_index
+        self._stages.durable(durable)
         last: _PendingPersist | None = None
         while self._pending and self._pending[0].index <= durable:
             batch = self._pending.popleft()

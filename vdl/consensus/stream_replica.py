@@ -34,6 +34,9 @@ from vdl.consensus.hard_state_store import load_hard_state
 from vdl.consensus.snapshot_transfer import load_snapshot_meta
 from vdl.log.error_codes import ErrorCode
 from vdl.log.stream import LogStream, StreamError
+from vdl.metrics.stages import STAGES, IndexTimer
+
+_PROPOSE_TO_COMMIT = STAGES.histogram("raft_propose_to_commit_seconds")
 
 
 class StreamReplica:
@@ -45,6 +48,7 @@ class StreamReplica:
         self._driver: _Proposer | None = None
         self.leader_id = 0
         self.term = 0
+        self._proposed = IndexTimer(_PROPOSE_TO_COMMIT)
 
     def start(self, driver: _Proposer, commit_index: int) -> None:
         """Hand the stream over to `driver` (built with applied=commit_index)."""
@@ -60,13 +64,15 @@ class StreamReplica:
                 self.stream.on_replicated(entry.index, entry.payload)
 
     def on_truncated(self, from_index: int) -> None:
+        self._proposed.drop_from(from_index)
         self._next_offset = self.stream.on_truncated(from_index)
 
     def apply(self, entries: Sequence[Entry]) -> None:
-        self.stream.on_commit(entries[-1].index)
+        self.apply_to(entries[-1].index)
 
     def apply_to(self, index: int) -> None:
         # The stream knows its entries already: the driver need not read them back.
+        self._proposed.stop_upto(index)
         self.stream.on_commit(index)
 
     def on_role_change(self, leader_id: int, term: int, is_leader: bool) -> None:
@@ -97,6 +103,7 @@ class StreamReplica:
             raise StreamError(ErrorCode.NOT_ENOUGH_REPLICAS, str(exc)) from None
         if first != entry.index:
             raise StorageError(f"proposal got index {first}, stream expected {entry.index}")
+        self._proposed.start(first)
         self._next_offset = batch_offsets(entry.payload)[1] + 1
 
     def last_index(self) -> int:

@@ -16,11 +16,16 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Protocol
 
 import trio
 
 from vdl.backends.api import LogStore
+from vdl.metrics.stages import STAGES
+
+_ROUND = STAGES.histogram("flusher_round_seconds")
+_HANDOFF = STAGES.histogram("flusher_handoff_seconds")
 
 log = logging.getLogger(__name__)
 
@@ -105,13 +110,16 @@ class Flusher:
                         break
                     marks, self._dirty = self._dirty, {}
                     self._round = frozenset(marks)
+                started = time.perf_counter()
                 try:
                     for stream in marks:
                         stream.store.sync()
                 finally:
                     with self._cond:
                         self._round = frozenset()
-                token.run_sync_soon(self._round_ended, marks)
+                ended = time.perf_counter()
+                _ROUND.observe(ended - started)
+                token.run_sync_soon(self._round_ended, marks, ended)
         except BaseException as exc:
             token.run_sync_soon(self._end, exc)
         else:
@@ -119,7 +127,8 @@ class Flusher:
 
     # -- callbacks on the Trio thread ---------------------------------------------------------
 
-    def _round_ended(self, marks: dict[Flushable, int]) -> None:
+    def _round_ended(self, marks: dict[Flushable, int], ended: float) -> None:
+        _HANDOFF.since(ended)
         self.flushes += 1
         self._round_done.set()
         self._round_done = trio.Event()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -75,6 +76,8 @@ class LogStream:
         self._commit_index = store.last_index()
         self._high_watermark = store.next_offset()
         self._commit_waiters: list[tuple[int, int, trio.Event]] = []
+        # When a commit woke each commit waiter (time.perf_counter), until it resumes.
+        self._woken_at: dict[trio.Event, float] = {}
         self._waiter_seq = itertools.count()
         self._watchers: set[trio.Event] = set()
         self.producers = ProducerStateTable()
@@ -228,17 +231,21 @@ class LogStream:
     def _wake(self) -> None:
         hw = self._high_watermark
         while self._commit_waiters and self._commit_waiters[0][0] < hw:
-            heapq.heappop(self._commit_waiters)[2].set()
+            event = heapq.heappop(self._commit_waiters)[2]
+            self._woken_at[event] = time.perf_counter()
+            event.set()
         self._wake_durable()
         for event in self._watchers:
             event.set()
         self._watchers.clear()
 
-    async def wait_committed(self, last_offset: int) -> None:
-        """Return once every offset up to last_offset is committed (visible to readers)."""
+    async def wait_committed(self, last_offset: int) -> float:
+        """Return once every offset up to last_offset is committed (visible to readers):
+        the `time.perf_counter()` when the commit woke this wait, 0.0 if it did not wait."""
         if last_offset < self._high_watermark:
-            return
-        await self._wait(self._commit_waiters, last_offset, lambda: self._high_watermark)
+            return 0.0
+        event = await self._wait(self._commit_waiters, last_offset, lambda: self._high_watermark)
+        return self._woken_at.pop(event, 0.0)
 
     async def wait_durable(self, last_offset: int) -> None:
         """Return once every offset up to last_offset is durable on this node (Kafka
@@ -257,7 +264,7 @@ class LogStream:
         waiters: list[tuple[int, int, trio.Event]],
         last_offset: int,
         reached: Callable[[], int],
-    ) -> None:
+    ) -> trio.Event:
         """Park on `waiters` until the point `reached()` passes last_offset; the event is
         also set when the stream closes or a new leader replaces the entry."""
         if self._closed:
@@ -272,6 +279,7 @@ class LogStream:
             )
         if last_offset >= reached():
             raise StreamError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{self.name} was closed")
+        return event
 
     def on_local_durable(self, index: int) -> None:
         """The group's driver made every entry up to raft `index` durable here."""

@@ -38,12 +38,18 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from vdl.backends.api import Buffer, StorageError
 from vdl.backends.segment.file_io import pwritev_all
+from vdl.metrics.stages import BYTES_BOUNDS, STAGES
+
+_SYNC_WRITE = STAGES.histogram("storage_sync_write_seconds")
+_FDATASYNC = STAGES.histogram("storage_fdatasync_seconds")
+_SYNC_BYTES = STAGES.histogram("storage_sync_bytes", BYTES_BOUNDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +177,7 @@ class SyncTracker:
                     sync_dir, self._dir_changed = self._dir_changed, False
                     for fd in fds:
                         self._in_use[fd] = self._in_use.get(fd, 0) + 1
+                started = time.perf_counter()
                 try:
                     _write_all(writes)
                 except OSError as exc:
@@ -180,11 +187,17 @@ class SyncTracker:
                 with self._lock:
                     # No truncation ran since the capture (it needs the write lock).
                     self._written = max(self._written, target)
+                written = time.perf_counter()
+                if fds:
+                    _SYNC_WRITE.observe(written - started)
+                    _SYNC_BYTES.observe(sum(w.end - w.position for w in writes))
             try:
                 for fd in fds:
                     os.fdatasync(fd)
                 if sync_dir:
                     os.fsync(self._dir_fd)
+                if fds:
+                    _FDATASYNC.since(written)
             except OSError as exc:
                 self._failure = f"fdatasync failed, log store unusable: {exc}"
                 raise StorageError(self._failure) from exc

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import trio
@@ -10,6 +11,7 @@ from vdl.broker.topics import TopicError
 from vdl.log.error_codes import ErrorCode
 from vdl.log.record_batch import InvalidBatch, validate_produced_batch
 from vdl.log.stream import Appended, LogStream, StreamError
+from vdl.metrics.stages import STAGES
 from vdl.net.kafka.apis.context import Pending, RequestContext, Response
 from vdl.net.kafka.produce_codec import (
     PartitionProduceResult,
@@ -19,6 +21,11 @@ from vdl.net.kafka.produce_codec import (
 from vdl.security.acl import Operation
 
 ZSTD_MIN_PRODUCE_VERSION = 7
+
+# Stages of a produce (see vdl/metrics/stages.py).
+_DECODE = STAGES.histogram("kafka_produce_decode_seconds")
+_APPEND = STAGES.histogram("kafka_produce_append_seconds")
+_COMMIT_TO_RESPONSE = STAGES.histogram("kafka_produce_commit_to_response_seconds")
 
 
 @dataclass(slots=True)
@@ -57,7 +64,10 @@ def _append_one(ctx: RequestContext, slot: _Slot, records: memoryview | None, ve
 
 def handle_produce(ctx: RequestContext) -> Pending:
     version = ctx.version
+    started = time.perf_counter()
     request = decode_produce_request(ctx.body, version)
+    decoded = time.perf_counter()
+    _DECODE.observe(decoded - started)
     slots: list[_Slot] = []
     for topic in request.topics:
         for partition in topic.partitions:
@@ -72,6 +82,7 @@ def handle_produce(ctx: RequestContext) -> Pending:
                 slot.error = ErrorCode.INVALID_REQUIRED_ACKS
             else:
                 _append_one(ctx, slot, partition.records, version)
+    _APPEND.since(decoded)
     acks, timeout_ms, correlation_id = request.acks, request.timeout_ms, ctx.header.correlation_id
     throttle_ms = 0
     if ctx.quotas is not None:
@@ -85,6 +96,7 @@ def handle_produce(ctx: RequestContext) -> Pending:
             return None
         # On one node both mean "durable here". Under replication acks=all waits for the
         # majority commit, acks=1 only for the leader's own flush (as Kafka's acks=1).
+        committed = 0.0
         with trio.move_on_after(max(timeout_ms, 0) / 1000):
             for slot in slots:
                 if slot.stream is not None and slot.appended is not None:
@@ -92,10 +104,14 @@ def handle_produce(ctx: RequestContext) -> Pending:
                         if acks == 1:
                             await slot.stream.wait_durable(slot.appended.last_offset)
                         else:
-                            await slot.stream.wait_committed(slot.appended.last_offset)
+                            woken = await slot.stream.wait_committed(slot.appended.last_offset)
+                            committed = max(committed, woken)
                     except StreamError as exc:
                         slot.error, slot.message = exc.error, str(exc)
-        return _encode(version, correlation_id, slots, acks, throttle_ms)
+        response = _encode(version, correlation_id, slots, acks, throttle_ms)
+        if committed:
+            _COMMIT_TO_RESPONSE.since(committed)
+        return response
 
     return finish
 

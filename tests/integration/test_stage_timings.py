@@ -1,0 +1,115 @@
+"""Per-stage timings of a replicated produce, read from real node processes: after acks=all
+records, the partition leader's snapshot has counts in every leader stage and a follower's
+in the follower stages (what they measure is never asserted: tests do not judge timing)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from tests.integration.cluster_support import Cluster
+from tests.integration.kafka_clients import confluent_produce
+from tests.integration.node_process import NodeProcess
+from vdl.metrics.stages import SNAPSHOT_FILE, Histogram, load_snapshot, merged
+
+TOPIC = "timed"
+
+LEADER_STAGES = (
+    "kafka_produce_decode_seconds",
+    "kafka_produce_append_seconds",
+    "raft_propose_to_commit_seconds",
+    "raft_write_to_durable_seconds{role=leader}",
+    "kafka_produce_commit_to_response_seconds",
+    "flusher_round_seconds",
+    "flusher_handoff_seconds",
+    "storage_sync_write_seconds",
+    "storage_fdatasync_seconds",
+    "storage_sync_bytes",
+)
+FOLLOWER_STAGES = (
+    "raft_receive_to_write_seconds",
+    "raft_write_to_durable_seconds{role=follower}",
+    "flusher_round_seconds",
+    "storage_fdatasync_seconds",
+    "storage_sync_bytes",
+)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path)
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+
+
+def _preferred_leader(cluster: Cluster, timeout: float = 30.0) -> int:
+    """The partition's leader once it is its preferred replica (leader balancing moves it
+    there soon after the topic is created), so it leads for the whole test."""
+    deadline = time.monotonic() + timeout
+    while True:
+        admin = AdminClient({"bootstrap.servers": cluster.alive_bootstrap()})
+        topic = admin.list_topics(TOPIC, timeout=5).topics.get(TOPIC)
+        part = None if topic is None else topic.partitions.get(0)
+        if part is not None and part.replicas and part.leader == part.replicas[0]:
+            return int(part.leader)
+        assert time.monotonic() < deadline, "the preferred replica does not lead"
+        time.sleep(0.2)
+
+
+def _snapshot(node: NodeProcess, timeout: float = 10.0) -> dict[str, Histogram]:
+    """Ask the node for its timings (SIGUSR1) and read them once written."""
+    assert node.process is not None
+    path = node.data_dir / SNAPSHOT_FILE
+    before = path.stat().st_mtime_ns if path.exists() else -1
+    os.kill(node.process.pid, signal.SIGUSR1)
+    deadline = time.monotonic() + timeout
+    while not (path.exists() and path.stat().st_mtime_ns != before):
+        assert time.monotonic() < deadline, f"no timings written to {path}"
+        time.sleep(0.05)
+    return merged(load_snapshot(path)[0])
+
+
+def test_leader_and_follower_record_the_stages_of_acks_all_produces(cluster: Cluster) -> None:
+    cluster.create_topic(TOPIC, 1)
+    leader_id = _preferred_leader(cluster)
+    messages = [(b"k%d" % i, b"v" * 100) for i in range(40)]
+    # One message per request, so every request goes through every stage.
+    acked = confluent_produce(cluster.bootstrap, TOPIC, messages, **{"linger.ms": 0})
+    assert len(acked[0]) == len(messages)
+    assert cluster.wait_for_leader(TOPIC, 0) == leader_id
+
+    leader = _snapshot(cluster.nodes[leader_id])
+    followers = [i for i in cluster.nodes if i != leader_id]
+    for stage in LEADER_STAGES:
+        assert stage in leader and leader[stage].count > 0, stage
+    for peer in followers:
+        stage = f"raft_append_round_trip_seconds{{peer={peer}}}"
+        assert stage in leader and leader[stage].count > 0, stage
+    follower = _snapshot(cluster.nodes[followers[0]])
+    for stage in FOLLOWER_STAGES:
+        assert stage in follower and follower[stage].count > 0, stage
+    # Proposed and committed entries are timed on the leader only.
+    assert follower.get("raft_propose_to_commit_seconds", Histogram("none")).count == 0
+
+    # The signal costs the node nothing: it goes on serving, and counts keep growing.
+    confluent_produce(cluster.bootstrap, TOPIC, messages[:5])
+    again = _snapshot(cluster.nodes[leader_id])
+    stage = "raft_propose_to_commit_seconds"
+    assert again[stage].count > leader[stage].count
+
+    # Shutdown writes the timings once more.
+    path = cluster.nodes[leader_id].data_dir / SNAPSHOT_FILE
+    written = path.stat().st_mtime_ns
+    assert cluster.nodes[leader_id].stop(30) == 0
+    assert path.stat().st_mtime_ns != written
+    final = merged(load_snapshot(path)[0])
+    assert final[stage].count >= again[stage].count

@@ -1,0 +1,1 @@
+"""Measurements a node keeps about itself (a leaf: imports nothing from the project)."""
