@@ -36,8 +36,9 @@ from vdl.cluster.leader_gossip import (
     GossipError,
     LeaderClaim,
     LeaderTable,
-    decode_claims,
+    decode_gossip,
     encode_claims,
+    encode_refresh,
 )
 from vdl.cluster.metadata import METADATA_GROUP, MetadataState, Placement
 from vdl.cluster.metadata_group import MetadataGroup, ProposalLost
@@ -70,6 +71,7 @@ ADMIN_OPS = frozenset({"add_node", "remove_node", "set_replicas"})
 # often anyway (lost frames, restarted peers), and trusted this long after it was heard.
 _GOSSIP_CHECK_S = 0.1
 _GOSSIP_EVERY_S = 0.5
+_GOSSIP_FULL_EVERY_S = 5.0  # the whole list even if unchanged (a receiver that lost one)
 _GOSSIP_TTL_S = 2.0
 
 
@@ -178,7 +180,7 @@ class ClusterManager:
         self._nursery: trio.Nursery | None = None
         self._addresses: tuple[tuple[str, int], tuple[str, int]] | None = None
         self._requested: set[str] = set()
-        self.placement = LeaderPlacement(self._led_groups, self._dcs)
+        self.placement = LeaderPlacement(self._led_groups, self._dcs, quiet=self._quiet_key)
 
     # ---- running ---------------------------------------------------------------------
 
@@ -261,27 +263,52 @@ class ClusterManager:
         return claims
 
     async def _gossip_loop(self) -> None:
+        me = self.settings.node_id
         sent: list[LeaderClaim] = []
-        last_sent = -_GOSSIP_EVERY_S
+        body = b""
+        last_sent = last_full = -_GOSSIP_FULL_EVERY_S
+        liveness = self.clock.liveness
+        seen = liveness.changes
+        claims_key: tuple[object, ...] | None = None
         while True:
             await trio.sleep(_GOSSIP_CHECK_S)
-            claims = self._led_claims()
+            key = self._quiet_key()
+            if key is None or key != claims_key:
+                claims, claims_key = self._led_claims(), key
+            else:
+                claims = sent  # every group asleep and nothing changed since
             now = trio.current_time()
-            if claims == sent and now - last_sent < _GOSSIP_EVERY_S:
-                continue
-            # An empty list is sent too: it withdraws what this node led before.
-            self.transport.gossip(encode_claims(self.settings.node_id, claims))
-            sent, last_sent = claims, now
+            # A peer that came up (or restarted) holds no list to refresh: a full one.
+            peers_moved, seen = liveness.changes != seen, liveness.changes
+            if claims != sent or peers_moved or now - last_full >= _GOSSIP_FULL_EVERY_S:
+                # An empty list is sent too: it withdraws what this node led before.
+                body = encode_claims(me, claims)
+                self.transport.gossip(body)
+                sent, last_sent, last_full = claims, now, now
+            elif now - last_sent >= _GOSSIP_EVERY_S:
+                # Unchanged: a few bytes keep the receivers trusting the list they hold.
+                self.transport.gossip(encode_refresh(me, body))
+                last_sent = now
+
+    def _quiet_key(self) -> tuple[object, ...] | None:
+        """While every group of this node sleeps: a value that changes when any wakes or
+        changes, liveness moves, or the metadata does (placements); None while any is
+        awake. The periodic loops skip a pass that would find what the last one found."""
+        key = self.clock.quiet_key()
+        return None if key is None else (key, self._driver0.commit_index)
 
     def _on_gossip(self, raw: bytes) -> None:
         try:
-            node_id, claims = decode_claims(raw)
+            node_id, claims, body_digest = decode_gossip(raw)
         except GossipError as exc:
             log.warning("ignoring bad gossip: %s", exc)
             return
         now = trio.current_time()
         self.heard_from[node_id] = now
-        self.leaders.heard(node_id, claims, now)
+        if claims is None:
+            self.leaders.refresh(node_id, body_digest, now)
+        else:
+            self.leaders.heard(node_id, claims, now, body_digest)
 
     def _on_forward(self, raw: bytes) -> None:
         command = _peer_command(raw)
@@ -347,8 +374,13 @@ class ClusterManager:
 
     async def _reconfigure_loop(self) -> None:
         """On the groups this node leads: step their membership towards the metadata."""
+        last: tuple[object, ...] | None = None
         while True:
             await trio.sleep(_RECONFIGURE_EVERY_S)
+            key = self._quiet_key()
+            if key is not None and key == last:
+                continue
+            last = key
             if self._driver0.is_leader:
                 self._reconfigure(self._driver0, frozenset(self.state.members))
             for (topic, partition), hosted in list(self._hosted.items()):

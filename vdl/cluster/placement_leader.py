@@ -63,8 +63,14 @@ class LeaderPlacement:
         *,
         check_s: float = 0.5,
         retry_s: float = 3.0,
+        quiet: Callable[[], object | None] | None = None,
     ) -> None:
+        """`quiet()` (optional): a value that stays the same while nothing this loop looks
+        at can have changed, None when it cannot tell; a pass is skipped when it would
+        look at exactly what the last one did and no transfer is waiting for a retry."""
         self._led = led
+        self._quiet = quiet
+        self._last_quiet: object | None = None
         self._dcs = dcs
         self._check_s = check_s
         self._retry_s = retry_s
@@ -77,7 +83,11 @@ class LeaderPlacement:
     async def run(self) -> None:
         while True:
             await trio.sleep(self._check_s)
+            key = None if self._quiet is None else self._quiet()
+            if key is not None and key == self._last_quiet and not self._attempts:
+                continue
             self.step(trio.current_time())
+            self._last_quiet = key
 
     def step(self, now: float) -> list[tuple[int, int]]:
         """One pass; the (group, target) transfers started."""

@@ -24,6 +24,8 @@ from typing import Protocol
 
 import trio
 
+from vdl.metrics.stages import STAGES
+
 log = logging.getLogger(__name__)
 
 
@@ -100,8 +102,13 @@ class NodeClock:
         self._beacon: Beacon | None = None
         self._members: dict[Tickable, frozenset[int]] = {}
         self._awake: dict[Tickable, None] = {}  # insertion-ordered set
-        self.ticks = 0
-        self.group_ticks = 0  # ticks handed to groups, in all (what idle groups save)
+        # Moves whenever a group's leader, term, role, members or sleep changes (drivers
+        # bump it): with no group awake and this unchanged, nothing about them changed.
+        self.version = 0
+        # Clock ticks, and ticks handed to groups (their ratio: the groups awake on average).
+        self._ticks = STAGES.counter("vdl_raft_clock_ticks_total")
+        self._group_ticks = STAGES.counter("vdl_raft_group_ticks_total")
+        self._wakes = STAGES.counter("vdl_raft_liveness_wakeups_total")
         self._last_tick: float | None = None
 
     def attach(self, beacon: Beacon) -> None:
@@ -110,18 +117,29 @@ class NodeClock:
     def add(self, group: Tickable, members: frozenset[int]) -> None:
         self._members[group] = members
         self._awake[group] = None
+        self.version += 1
 
     def remove(self, group: Tickable) -> None:
         self._members.pop(group, None)
         self._awake.pop(group, None)
+        self.version += 1
+
+    def quiet_key(self) -> tuple[int, int] | None:
+        """While every group sleeps: a value that stays the same until one wakes, changes
+        or is added or removed, or node liveness moves; None while any is awake."""
+        if self._awake:
+            return None
+        return (self.version, self.liveness.changes)
 
     def set_members(self, group: Tickable, members: frozenset[int]) -> None:
         if group in self._members:
             self._members[group] = members
+            self.version += 1
 
     def set_awake(self, group: Tickable, awake: bool) -> None:
         if group not in self._members:
             return
+        self.version += 1
         if awake:
             self._awake[group] = None
         else:
@@ -139,7 +157,7 @@ class NodeClock:
         return self.liveness.down(peers)
 
     def tick_once(self) -> None:
-        self.ticks += 1
+        self._ticks.inc()
         if self._beacon is not None:
             self._beacon.beat()
         # A tick far behind its time means this node stalled (a burst of partitions to
@@ -152,9 +170,10 @@ class NodeClock:
             for group, members in list(self._members.items()):
                 hit = changed & members
                 if hit:
+                    self._wakes.inc()
                     group.liveness_changed(hit)
         awake = list(self._awake)
-        self.group_ticks += len(awake)
+        self._group_ticks.inc(len(awake))
         for group in awake:
             group.tick()
 

@@ -832,6 +832,7 @@ class GroupDriver:
             elif core.leader_id != NO_NODE and seen[:2] != self._role_seen[:2]:
                 log.info("group %d: node %d leads in term %d", self.group_id, *seen[:2])
             self._role_seen = seen
+            self._clock.version += 1
             self._machine.on_role_change(core.leader_id, core.term, seen[2])
             self._changed.set()
             self._changed = trio.Event()

@@ -9,7 +9,10 @@ from vdl.cluster.leader_gossip import (
     LeaderClaim,
     LeaderTable,
     decode_claims,
+    decode_gossip,
+    digest,
     encode_claims,
+    encode_refresh,
 )
 
 
@@ -54,3 +57,29 @@ def test_a_node_withdraws_what_it_no_longer_claims() -> None:
     assert table.leader_of(10, now=0.6) is None
     assert table.leader_of(11, now=0.6) is not None
     assert table.leader_of(12, now=0.6) is not None
+
+
+def test_a_refresh_keeps_the_list_it_names_fresh_and_no_other() -> None:
+    """Between full lists a leader sends a few bytes naming the list it last sent: a
+    receiver holding that list keeps trusting it; one holding another (or none) does not,
+    and its entries expire as if nothing had come."""
+    claims = [LeaderClaim(10, 4, (1, 2)), LeaderClaim(11, 2, (1,))]
+    body = encode_claims(1, claims)
+    assert decode_gossip(body) == (1, claims, digest(body))
+    refresh = encode_refresh(1, body)
+    assert len(refresh) == 12 and decode_gossip(refresh) == (1, None, digest(body))
+    with pytest.raises(GossipError):
+        decode_claims(refresh)
+    table = LeaderTable(ttl_s=2.0)
+    table.heard(1, claims, now=0.0, body_digest=digest(body))
+    assert table.refresh(1, digest(body), now=1.5)
+    assert table.leader_of(10, now=3.0) is not None and table.leader_of(11, now=3.0) is not None
+    assert table.leader_of(10, now=3.6) is None
+    other = encode_claims(1, claims[:1])
+    assert not table.refresh(1, digest(other), now=3.0)
+    assert not table.refresh(2, digest(body), now=3.0)
+    # A newer full list from the same node replaces the digest the refreshes must name.
+    table.heard(1, claims[:1], now=4.0, body_digest=digest(other))
+    assert not table.refresh(1, digest(body), now=4.5)
+    assert table.refresh(1, digest(other), now=5.5)
+    assert table.leader_of(10, now=7.0) is not None and table.leader_of(11, now=7.0) is None
