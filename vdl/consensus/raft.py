@@ -206,8 +206,15 @@ class RaftNode:
                 self._send_heartbeat(peer)
         elif self.leader_id in self.dead_peers:
             # Liveness already waited an election timeout of silence from the leader: its
-            # lease is over here, and the next campaign comes within one more timeout.
-            self._election_elapsed = max(self._election_elapsed, self._opts.election_tick)
+            # lease is over here. Rather than a random timeout each (two followers that
+            # campaign together split the vote and wait again), the live voters take turns
+            # half a timeout apart, in an order all of them derive alike from the term.
+            tick = self._opts.election_tick
+            self._election_elapsed = max(self._election_elapsed, tick)
+            live = sorted(self.config.voters - self.dead_peers - {self.leader_id})
+            if self.id in live:
+                rank = (live.index(self.id) - self.term) % len(live)
+                self._randomized_timeout = self._election_elapsed + 1 + rank * (tick // 2)
 
     def campaign(self) -> None:
         """Start an election now, as if the election timeout had fired."""
