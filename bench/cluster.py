@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import shutil
 import sys
 import tempfile
@@ -37,8 +36,8 @@ from typing import Any
 from cluster_phases import create_topics, failover_once, paced_produce, pysyncobj_commits
 from confluent_kafka.admin import AdminClient
 from disk_ceiling import MIB, bulk_append, small_append_sync
-from machine import machine_info
-from node_launcher import REPO_ROOT, BenchNode, free_port
+from machine import machine_info, save_result
+from node_launcher import BenchNode, free_port
 from produce import SEQUENTIAL_TOPIC, run_sequential
 from raft_core import run_core
 from stage_report import as_json as stages_json
@@ -46,7 +45,6 @@ from stage_report import phase as stage_phase
 from stage_report import render as render_stages
 from stage_report import snapshot as stage_snapshot
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 TOPIC = "bench"
 FAILOVER_TOPIC = "bench-failover"
 THROUGHPUT_TARGET = 0.60  # of the raw ceiling / 3
@@ -381,10 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(render_stages(per_node, name))
     if not args.no_save:
-        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-        path = RESULTS_DIR / f"cluster-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
-        path.write_text(json.dumps(result, indent=2) + "\n")
-        print(f"saved {path.relative_to(REPO_ROOT)}")
+        save_result("cluster", started, result)
     return 0
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import subprocess
 import sys
 import tempfile
@@ -31,9 +30,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import save_result
 from node_launcher import REPO_ROOT, BenchNode
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 TOPIC = "groups-bench"
 SESSION_TIMEOUT_MS = 6000
 HEARTBEAT_MS = 500
@@ -248,10 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         "rebalance_target_s": REBALANCE_TARGET_S,
     }
     if not args.no_save:
-        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-        path = RESULTS_DIR / f"groups-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
-        path.write_text(json.dumps(result, indent=2) + "\n")
-        print(f"saved {path.relative_to(REPO_ROOT)}")
+        save_result("groups", started, result)
     return 0
 
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import resource
 import shutil
@@ -47,13 +46,12 @@ from typing import Any
 
 import grpc
 import trustme
-from machine import machine_info
+from machine import machine_info, save_result
 from node_launcher import REPO_ROOT, BenchNode, NodeStartError, free_port
 from profiler import ProfileRecorder
 
 from vdl.net.ydb.protos import ydb_topic_pb2
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 FromClient = ydb_topic_pb2.StreamWriteMessage.FromClient
 FromServer = ydb_topic_pb2.StreamWriteMessage.FromServer
 STREAM_WRITE = "/Ydb.Topic.V1.TopicService/StreamWrite"
@@ -631,10 +629,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": [r.as_dict() for r in runs],
     }
     if not args.no_save:
-        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-        path = RESULTS_DIR / f"grpc-write-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
-        path.write_text(json.dumps(result, indent=2) + "\n")
-        print(f"saved {path.relative_to(REPO_ROOT)}")
+        save_result("grpc-write", started, result)
     return 0
 
 

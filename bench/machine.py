@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import os
 import platform
 import subprocess
@@ -88,3 +90,15 @@ def machine_info(workdir: Path) -> dict[str, Any]:
             "vdl": _package_version("vdl"),
         },
     }
+
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def save_result(name: str, started: dt.datetime, result: dict[str, Any]) -> Path:
+    """Write a bench's result as bench/results/<name>-<UTC start>.json and say so."""
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"{name}-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"saved {path.relative_to(REPO_ROOT)}")
+    return path

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import shutil
 import statistics
@@ -44,10 +43,9 @@ from cluster import Cluster, start_cluster
 from cluster_phases import LatencyRun, create_topics, paced_produce
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
-from machine import machine_info
-from node_launcher import REPO_ROOT, BenchNode
+from machine import machine_info, save_result
+from node_launcher import BenchNode
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 HOT_TOPIC = "hot"
 IDLE_TOPIC_PREFIX = "idle-"
 IDLE_CPU_TARGET_PCT = 5.0
@@ -513,10 +511,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick or args.no_save:
         print("not saved (--quick or --no-save)")
     else:
-        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-        path = RESULTS_DIR / f"partitions-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
-        path.write_text(json.dumps(result, indent=2) + "\n")
-        print(f"saved {path.relative_to(REPO_ROOT)}")
+        save_result("partitions", started, result)
     return 0
 
 

@@ -7,10 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 from confluent_kafka.admin import AdminClient
 
 from tests.integration.cluster_support import Cluster
@@ -40,15 +37,6 @@ FOLLOWER_STAGES = (
     "storage_sync_bytes",
 )
 
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    try:
-        c.start()
-        yield c
-    finally:
-        c.stop()
 
 
 def _preferred_leader(cluster: Cluster, timeout: float = 30.0) -> int:
