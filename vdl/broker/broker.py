@@ -294,7 +294,12 @@ class Broker:
     async def run_retention(self, period_s: float) -> None:
         while True:
             await trio.sleep(period_s)
-            for stream in list(self._streams.values()):
+            for key, stream in list(self._streams.items()):
+                # One partition at a time: with thousands of them a pass in one go held the
+                # event loop (and every produce waiting on it) for its whole length.
+                await trio.lowlevel.checkpoint()
+                if self._streams.get(key) is not stream:
+                    continue  # deleted (or replaced) meanwhile
                 removed = stream.apply_retention()
                 if removed:
                     log.info("retention removed %d entries of %s", removed, stream.name)
