@@ -6,9 +6,11 @@ close/EOF, and the gRPC server's handling of bad handshakes."""
 from __future__ import annotations
 
 import random
+import select
 import socket
 import ssl
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -240,26 +242,41 @@ async def test_large_messages_both_ways_with_a_stdlib_socket_client(
         await tls.aclose()
 
     def client(port: int) -> bytes:
+        # One thread sends and receives: an SSL connection must not be used from two
+        # threads at once (OpenSSL's SSL objects are not thread-safe), so instead of a
+        # reader thread the socket is non-blocking and select() says which way can move.
         with socket.create_connection(("127.0.0.1", port)) as sock:
             with client_context.wrap_socket(sock, server_hostname="localhost") as tls:
                 assert tls.selected_alpn_protocol() == "h2"
+                tls.setblocking(False)
                 received = bytearray()
-
-                def reader() -> None:
-                    while len(received) < len(payload):
-                        chunk = tls.recv(1 << 20)
-                        assert chunk
-                        received.extend(chunk)
-
-                thread = threading.Thread(target=reader)
-                thread.start()
                 view = memoryview(payload)
                 offset = 0
-                while offset < len(view):
-                    size = rng.choice((1, 100, 16 * 1024, 65536, 300_000))
-                    tls.sendall(view[offset : offset + size])
-                    offset += size
-                thread.join()
+                chunk: memoryview | None = None
+                deadline = time.monotonic() + 300
+                while len(received) < len(payload):
+                    assert time.monotonic() < deadline, "the echo stopped"
+                    if chunk is None and offset < len(view):
+                        size = rng.choice((1, 100, 16 * 1024, 65536, 300_000))
+                        chunk = view[offset : offset + size]
+                    select.select([tls], [tls] if chunk is not None else [], [], 1.0)
+                    if chunk is not None:
+                        try:
+                            sent = tls.send(chunk)
+                        except (ssl.SSLWantWriteError, ssl.SSLWantReadError):
+                            sent = 0
+                        offset += sent
+                        chunk = chunk[sent:] if sent < len(chunk) else None
+                    try:
+                        while True:
+                            data = tls.recv(1 << 20)
+                            assert data, "the echo closed early"
+                            received.extend(data)
+                            if not tls.pending():
+                                break
+                    except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                        pass
+                tls.setblocking(True)
                 tls.unwrap()  # close_notify both ways: a clean end
                 return bytes(received)
 
