@@ -200,11 +200,16 @@ class RaftNode:
         again if quiesced; a leader heartbeats at once (a restarted follower learns of it)."""
         if not self.quiesced:
             return
+        if self.role is not Role.LEADER and self.leader_id not in self.dead_peers:
+            # Another member came or went: that is the leader's to act on. Ticking here
+            # while the leader sleeps on would only end in a campaign against a live leader
+            # (which a restarted member, knowing no leader yet, may well grant).
+            return
         self._unquiesce()
         if self.role is Role.LEADER:
             for peer in sorted(self._progress):
                 self._send_heartbeat(peer)
-        elif self.leader_id in self.dead_peers:
+        else:
             # Liveness already waited an election timeout of silence from the leader: its
             # lease is over here. Rather than a random timeout each (two followers that
             # campaign together split the vote and wait again), the live voters take turns
@@ -305,10 +310,7 @@ class RaftNode:
     def step(self, m: Message) -> None:
         if m.dst != self.id:
             raise ValueError(f"message for node {m.dst} stepped into node {self.id}")
-        if self.quiesced and not (
-            # The followers' answers to the quiescing heartbeat leave the leader asleep.
-            isinstance(m, HeartbeatResponse) and m.term == self.term and self.role is Role.LEADER
-        ):
+        if self.quiesced and self._wakes(m):
             self._unquiesce()
         if m.term > self.term:
             if isinstance(m, RequestVote):
@@ -394,6 +396,21 @@ class RaftNode:
             and self.leader_id != NO_NODE
             and self._election_elapsed < self._opts.election_tick
         )
+
+    def _wakes(self, m: Message) -> bool:
+        """Whether `m` wakes this quiesced node. A leader wakes on anything but its
+        followers' answers to the quiescing heartbeat. A follower wakes on its leader's
+        messages and on a newer term; a pre-vote or a stale message from anyone else is
+        answered asleep (in lease: refused), as the leader is alive and would speak if
+        there were anything to say."""
+        if self.role is Role.LEADER:
+            return not (isinstance(m, HeartbeatResponse) and m.term == self.term)
+        if m.src == self.leader_id:
+            return True
+        if isinstance(m, RequestVote):
+            # Only a leader transfer's vote passes the lease (see step).
+            return m.transfer and m.term > self.term
+        return m.term > self.term
 
     def _unquiesce(self) -> None:
         if not self.quiesced:

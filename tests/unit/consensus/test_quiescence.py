@@ -7,7 +7,13 @@ node liveness played by the test: `wake()` and `dead_peers` as a node's clock se
 from __future__ import annotations
 
 from vdl.consensus import RaftOptions, Role
-from vdl.consensus.messages import Heartbeat, HeartbeatResponse, Message
+from vdl.consensus.messages import (
+    Heartbeat,
+    HeartbeatResponse,
+    Message,
+    RequestVote,
+    VoteResponse,
+)
 
 from .helpers import Net, role
 
@@ -135,3 +141,20 @@ def test_a_restarted_follower_learns_of_the_quiesced_leader_from_its_wake_heartb
     net.nodes[1].wake()  # liveness: node 3 restarted
     heartbeats = [m for m in net.nodes[1].ready().messages if isinstance(m, Heartbeat)]
     assert {m.dst for m in heartbeats} == {2, 3} and not any(m.quiesce for m in heartbeats)
+
+
+def test_a_follower_with_a_live_leader_sleeps_through_other_members_news() -> None:
+    """Another member restarting is the leader's business: a follower woken by it (or by
+    that member's pre-vote) while its leader sleeps on would time out and campaign against
+    a live leader, and the restarted member, knowing no leader yet, would grant it."""
+    net = quiet_net()
+    follower = net.nodes[2]
+    follower.wake()  # liveness: node 3 restarted; the leader, node 1, is up
+    assert follower.quiesced
+    follower.step(RequestVote(3, 2, follower.term + 1, 1, 1, pre_vote=True))
+    assert follower.quiesced  # refused in lease, asleep
+    granted = [m for m in follower.ready().messages if isinstance(m, VoteResponse) and m.granted]
+    assert not granted
+    net.tick(100)
+    assert role(net.nodes[1]) is Role.LEADER and net.nodes[1].term == 1
+    assert all(n.term == 1 for n in net.nodes.values())
