@@ -23,11 +23,13 @@ Choices worth knowing:
 - Quiescence (as CockroachDB quiesces idle ranges): a leader whose followers all hold,
   durably, everything it has, and know it committed, says so in one last heartbeat
   (`quiesce`) and stops ticking; a follower that holds exactly that log stops too. Ticks
-  are then no-ops, so a driver may skip them. Any proposal or message (but the followers'
-  answers to that heartbeat) wakes a group, and so does `wake()`, which the driver calls
-  when node liveness sees a member go down, come back or restart: a follower then times out
-  and campaigns as usual if its leader is gone, and a leader heartbeats at once, and with
-  check-quorum steps down if it no longer reaches a majority. A leader only quiesces while
+  are then no-ops, so a driver may skip them. A leader wakes on any proposal or message
+  (but its followers' answers to that heartbeat) and on `wake()`, which the driver calls
+  when node liveness sees a member go down, come back or restart: it heartbeats at once,
+  and with check-quorum steps down if it no longer reaches a majority. A follower wakes on
+  its leader's messages, a newer term, or `wake()` when liveness holds its leader for down
+  (then the live voters campaign in turns); anything else it answers asleep, in lease, as
+  waking the group is the leader's business. A leader only quiesces while
   it reaches every follower not in `dead_peers` (the driver's liveness view) and those
   with it form a majority, so check-quorum's guarantee holds through quiescence: a leader
   cut off from its majority is woken by liveness and steps down an election timeout later.
