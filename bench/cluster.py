@@ -58,6 +58,14 @@ CORE_TARGET_RATIO = 5.0
 class Cluster:
     nodes: dict[int, BenchNode]
 
+    def stop_after_failure(self) -> None:
+        """Stop a cluster a phase left behind: the log tail of each node still running
+        goes to stderr first (what it was doing), then everything stops."""
+        for node in self.nodes.values():
+            if node.process is not None and node.process.poll() is None:
+                print(f"node log tail:\n{node.log_tail(15)}", file=sys.stderr)
+        self.stop()
+
     @property
     def bootstrap(self) -> str:
         return ",".join(n.bootstrap for n in self.nodes.values())
@@ -334,10 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         raw_runs.append(bulk_append(raw_dir, args.raw_mib * MIB))
     finally:
         if cluster is not None:
-            for node in cluster.nodes.values():
-                if node.process is not None and node.process.poll() is None:
-                    print(f"node log tail:\n{node.log_tail(15)}", file=sys.stderr)
-            cluster.stop()
+            cluster.stop_after_failure()
         shutil.rmtree(workdir, ignore_errors=True)
 
     best = max(r.mb_per_s for r in raw_runs)

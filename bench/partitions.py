@@ -266,10 +266,7 @@ def run_cluster(
         return outcome, exits
     finally:
         if cluster is not None:
-            for node in cluster.nodes.values():
-                if node.process is not None and node.process.poll() is None:
-                    print(f"node log tail:\n{node.log_tail(15)}", file=sys.stderr)
-            cluster.stop()
+            cluster.stop_after_failure()
         shutil.rmtree(directory, ignore_errors=True)
 
 
