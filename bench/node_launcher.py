@@ -45,6 +45,11 @@ class BenchNode:
         if _node_has_setting("grpc_listen"):
             # The built-in gRPC default (2135) would collide with other nodes on the machine.
             self.extra_args[:0] = ["--grpc-listen", f"127.0.0.1:{free_port()}"]
+        self.admin_port: int | None = None
+        if _node_has_setting("admin_listen") and "--admin-listen" not in self.extra_args:
+            # Likewise the admin listener's (9644).
+            self.admin_port = free_port()
+            self.extra_args[:0] = ["--admin-listen", f"127.0.0.1:{self.admin_port}"]
         self.process: subprocess.Popen[bytes] | None = None
 
     @property

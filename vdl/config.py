@@ -21,6 +21,7 @@ from vdl.net.kafka.keepalive import DEFAULT_KEEPALIVE
 
 # The Kafka SASL mechanisms a node can enable (vdl.security.sasl.MECHANISMS).
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+LOG_FORMATS = ("text", "json")
 
 
 class ConfigError(Exception):
@@ -164,6 +165,11 @@ class NodeConfig:
     # assignment, or the first in the topic's preferred.dc) when it is healthy: Kafka's
     # auto.leader.rebalance.enable.
     leader_rebalance: bool = True
+    # The HTTP admin listener (README "Observability"): /metrics, health, JSON views and
+    # the status page. None (`none`) turns it off.
+    admin_listen: HostPort | None = field(default_factory=lambda: HostPort("127.0.0.1", 9644))
+    # Log lines as text, or as one JSON object a line for log shippers.
+    log_format: str = "text"
 
     @property
     def clustered(self) -> bool:
@@ -221,6 +227,14 @@ def _convert(name: str, raw: Any) -> Any:
     try:
         if name == "peers":
             return parse_peers(raw)
+        if name == "admin_listen":
+            if isinstance(raw, HostPort):
+                return raw
+            return None if str(raw).strip().lower() == "none" else HostPort.parse(str(raw))
+        if name == "log_format":
+            if str(raw) not in LOG_FORMATS:
+                raise ConfigError(f"expected one of {', '.join(LOG_FORMATS)}")
+            return str(raw)
         if name in (
             "kafka_listen",
             "kafka_advertised",

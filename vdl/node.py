@@ -20,6 +20,10 @@ from pathlib import Path
 
 import trio
 
+from vdl.admin.app import AdminApp
+from vdl.admin.http import HttpServer
+from vdl.admin.metrics import node_registry, watch_event_loop_lag
+from vdl.admin.views import NodeView
 from vdl.backends.api import StorageError
 from vdl.backends.registry import open_meta_store
 from vdl.broker.broker import Broker
@@ -56,6 +60,8 @@ from vdl.security.user_table import UserTable
 from vdl.security.users import UsersFileError, UserStore
 
 log = logging.getLogger("vdl.node")
+# When this process began, as near as the node can tell (`vdl_node_start_seconds`).
+_PROCESS_START = time.monotonic()
 
 _CLUSTER_ID_KEY = b"cluster/id"
 
@@ -87,6 +93,13 @@ def tls_contexts(config: NodeConfig) -> tuple[ssl.SSLContext | None, ssl.SSLCont
     return kafka, grpc
 
 
+def admin_tls(config: NodeConfig) -> ssl.SSLContext | None:
+    """The admin listener's context: the node's certificate (tls-cert), when configured."""
+    if config.tls_cert is None or config.tls_key is None or config.admin_listen is None:
+        return None
+    return server_context(config.tls_cert, config.tls_key, client_ca=config.tls_client_ca)
+
+
 def raft_tls(config: NodeConfig) -> PeerTls | None:
     """Mutual TLS for the raft port when configured; raises TlsConfigError naming the bad
     file, or a certificate that does not name this node."""
@@ -101,9 +114,11 @@ class Node:
         self.config = config
         self.kafka_port: int | None = None
         self.grpc_port: int | None = None
+        self.admin_port: int | None = None
         self._users: UserStore | None = None
         self._kafka_tls: ssl.SSLContext | None = None
         self._grpc_tls: ssl.SSLContext | None = None
+        self._admin_tls: ssl.SSLContext | None = None
         self._raft_tls: PeerTls | None = None
         self._security = Security()
         self._stop = trio.Event()
@@ -236,6 +251,7 @@ class Node:
 
     def _load_tls(self) -> None:
         self._kafka_tls, self._grpc_tls = tls_contexts(self.config)
+        self._admin_tls = admin_tls(self.config)
         self._raft_tls = raft_tls(self.config)
 
     async def _serve(
@@ -247,8 +263,54 @@ class Node:
     ) -> None:
         config = self.config
         warm_up()
+        groups = GroupService(
+            broker.meta,
+            GroupConfig(
+                initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+                min_session_timeout_ms=config.group_min_session_timeout_ms,
+                max_session_timeout_ms=config.group_max_session_timeout_ms,
+            ),
+            wall_clock_ms=wall_clock_ms,
+        )
+        kafka_limits = ConnectionLimits(
+            "Kafka", config.max_connections, config.max_connections_per_ip
+        )
+        grpc_limits = ConnectionLimits(
+            "gRPC", config.max_connections, config.max_connections_per_ip
+        )
+        admin_limits = ConnectionLimits(
+            "admin HTTP", config.max_connections, config.max_connections_per_ip
+        )
+        client_addresses: list[str] = ["", ""]
+        view = NodeView(
+            config.node_id,
+            cluster_id,
+            broker,
+            cluster=self._cluster,
+            groups=groups,
+            listeners={"kafka": kafka_limits, "grpc": grpc_limits, "admin": admin_limits},
+            addresses=lambda: (client_addresses[0], client_addresses[1]),
+            started_at=_PROCESS_START,
+        )
         async with trio.open_nursery() as root:
             await root.start(flusher.run)
+            # The admin listener opens first and closes last: readiness says 503 while the
+            # node starts and while it drains.
+            admin_scope = trio.CancelScope()
+            if config.admin_listen is not None:
+                admin = HttpServer(
+                    AdminApp(view, node_registry(view), self._security),
+                    ssl_context=self._admin_tls,
+                    limits=admin_limits,
+                )
+                listen = config.admin_listen
+
+                async def serve_admin(task_status: trio.TaskStatus[int]) -> None:
+                    with admin_scope:
+                        await admin.serve(listen.host, listen.port, task_status=task_status)
+
+                self.admin_port = await root.start(serve_admin)
+                log.info("admin HTTP listener on %s:%d", listen.host, self.admin_port)
             raft_scope = trio.CancelScope()
             cluster = self._cluster
             if cluster is not None:
@@ -267,15 +329,14 @@ class Node:
                     await broker.run_retention(config.retention_check_ms / 1000)
 
             root.start_soon(retention)
-            groups = GroupService(
-                broker.meta,
-                GroupConfig(
-                    initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
-                    min_session_timeout_ms=config.group_min_session_timeout_ms,
-                    max_session_timeout_ms=config.group_max_session_timeout_ms,
-                ),
-                wall_clock_ms=wall_clock_ms,
-            )
+
+            lag_watch = trio.CancelScope()
+
+            async def loop_lag() -> None:
+                with lag_watch:
+                    await watch_event_loop_lag()
+
+            root.start_soon(loop_lag)
             broker.groups = groups
             await root.start(groups.run)
             group_housekeeping = trio.CancelScope()
@@ -330,9 +391,7 @@ class Node:
                 connections_max_idle_ms=config.connections_max_idle_ms,
                 max_pre_auth_bytes=config.sasl_server_max_receive_size,
                 fetch_max_bytes=config.fetch_max_bytes,
-                limits=ConnectionLimits(
-                    "Kafka", config.max_connections, config.max_connections_per_ip
-                ),
+                limits=kafka_limits,
                 keepalive=KeepaliveTiming(
                     config.tcp_keepalive_idle_s,
                     config.tcp_keepalive_interval_s,
@@ -372,9 +431,7 @@ class Node:
                 ssl_context=self._grpc_tls,
                 idle_timeout=config.grpc_max_connection_idle_ms / 1000,
                 handshake_timeout=config.tls_handshake_timeout_ms / 1000,
-                limits=ConnectionLimits(
-                    "gRPC", config.max_connections, config.max_connections_per_ip
-                ),
+                limits=grpc_limits,
             )
             ydb.register(grpc)
             async with trio.open_nursery() as front_ends:
@@ -386,15 +443,17 @@ class Node:
                     config.grpc_listen.host, self.grpc_port
                 )
                 ydb.set_endpoint(advertised.host, advertised.port, tls)
+                kafka_address = config.kafka_advertised or HostPort(
+                    config.kafka_listen.host, self.kafka_port
+                )
+                client_addresses[:] = [str(kafka_address), str(advertised)]
                 if cluster is not None:
-                    kafka_address = config.kafka_advertised or HostPort(
-                        config.kafka_listen.host, self.kafka_port
-                    )
                     cluster.set_client_addresses(
                         (kafka_address.host, kafka_address.port), (advertised.host, advertised.port)
                     )
                 log.info("YDB gRPC listener on %s:%d", config.grpc_listen.host, self.grpc_port)
                 log.info("node %d ready (data in %s)", config.node_id, config.data_dir)
+                view.mark_serving()
                 task_status.started()
                 await self._stop.wait()
                 log.info("stopping: draining in-flight requests")
@@ -409,9 +468,11 @@ class Node:
                 # Held JoinGroup/SyncGroup requests are answered now, not at the grace deadline.
                 groups.stop()
             housekeeping.cancel()
+            lag_watch.cancel()
             group_housekeeping.cancel()
             coordination.cancel()
             # In-flight produces have finished (or failed) above; now the groups can stop.
+            admin_scope.cancel()
             raft_scope.cancel()
             flusher.stop()
 
@@ -455,6 +516,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         config = load_config(sys.argv[1:] if argv is None else argv, os.environ)
         # Unusable security files are start-up errors: one line, exit code 2.
         tls_contexts(config)
+        admin_tls(config)
         raft_tls(config)
         if config.users is not None:
             UserStore.from_file(config.users)

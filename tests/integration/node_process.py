@@ -42,11 +42,14 @@ class NodeProcess:
         *extra_args: str,
         kafka_port: int | None = None,
         grpc_port: int | None = None,
+        admin_port: int | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.kafka_port = kafka_port or free_port()
         # Always a free port: the built-in default (2135) would collide between tests.
         self.grpc_port = grpc_port or free_port()
+        # Likewise the admin HTTP listener's (9644).
+        self.admin_port = admin_port or free_port()
         self.extra_args = list(extra_args)
         self.log_path = data_dir.parent / f"{data_dir.name}-node.log"
         self.process: subprocess.Popen[bytes] | None = None
@@ -58,6 +61,10 @@ class NodeProcess:
     @property
     def grpc_address(self) -> str:
         return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://127.0.0.1:{self.admin_port}"
 
     def start(self, timeout: float = 30.0) -> NodeProcess:
         log = open(self.log_path, "ab")
@@ -73,6 +80,8 @@ class NodeProcess:
                 self.bootstrap,
                 "--grpc-listen",
                 self.grpc_address,
+                "--admin-listen",
+                f"127.0.0.1:{self.admin_port}",
                 *self.extra_args,
             ],
             stdout=log,
@@ -144,6 +153,9 @@ def refused_start(data_dir: Path, *flags: str) -> list[str]:
     """Start `python -m vdl.node` with `flags` expecting it to refuse: exit code 2, no
     traceback, and its stderr lines, of which the last is the one error line (listeners
     opened before the failing one may have said at INFO that they listen)."""
+    if "--admin-listen" not in flags:
+        # Not the built-in 9644, which a node of the machine may hold.
+        flags = ("--admin-listen", "none", *flags)
     done = subprocess.run(
         [sys.executable, "-m", "vdl.node", "--data-dir", str(data_dir), *flags],
         capture_output=True,

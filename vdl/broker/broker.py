@@ -31,8 +31,11 @@ from vdl.log.error_codes import ErrorCode
 from vdl.log.flusher import Flusher
 from vdl.log.producer_state import PRODUCER_ID_EXPIRATION_MS
 from vdl.log.stream import LogStream
+from vdl.metrics.stages import STAGES
 
 log = logging.getLogger(__name__)
+# Entries retention removed (whole segments, by age or size), for the node's metrics.
+_RETENTION_REMOVED = STAGES.counter("retention_removed_entries")
 
 _PRODUCER_ID_KEY = b"producer-id/next"
 _PRODUCER_ID_BLOCK = 1000
@@ -302,6 +305,7 @@ class Broker:
                     continue  # deleted (or replaced) meanwhile
                 removed = stream.apply_retention()
                 if removed:
+                    _RETENTION_REMOVED.inc(removed)
                     log.info("retention removed %d entries of %s", removed, stream.name)
 
     async def close(self) -> None:

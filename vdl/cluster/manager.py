@@ -46,7 +46,7 @@ from vdl.cluster.placement import assign_replicas, default_replication_factor
 from vdl.cluster.placement_leader import LeaderPlacement, LedGroup, preferred_dc
 from vdl.cluster.reconfigure import next_change
 from vdl.consensus.clock import NodeClock, NodeLiveness
-from vdl.consensus.driver import DriverOptions, GroupDriver
+from vdl.consensus.driver import DriverOptions, GroupDriver, GroupStatus
 from vdl.consensus.errors import ConsensusError
 from vdl.consensus.hard_state_store import delete_hard_state
 from vdl.consensus.options import RaftOptions
@@ -509,6 +509,19 @@ class ClusterManager:
         await trio.to_thread.run_sync(shutil.rmtree, hosted.directory, True)
         delete_hard_state(self._meta, hosted.group_id)
         delete_snapshot_meta(self._meta, hosted.group_id)
+
+    # ---- views for the admin listener ------------------------------------------------
+
+    def metadata_status(self) -> GroupStatus:
+        return self._driver0.status()
+
+    def partition_statuses(self) -> dict[tuple[str, int], GroupStatus]:
+        """The Raft state of every partition group this node hosts."""
+        return {key: hosted.driver.status() for key, hosted in self._hosted.items()}
+
+    def peers_up(self) -> frozenset[int]:
+        """The members node liveness holds for up (this node not included)."""
+        return self.clock.liveness.up
 
     # ---- ClusterView -----------------------------------------------------------------
 

@@ -85,6 +85,23 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
+class GroupStatus:
+    """What a group's Raft state looks like from this node (the admin views and metrics)."""
+
+    group_id: int
+    role: str  # leader, follower, candidate, pre-candidate
+    term: int
+    leader_id: int  # 0 when unknown
+    commit_index: int
+    applied_index: int
+    last_index: int
+    quiesced: bool
+    voters: frozenset[int]
+    # While leader: each follower's match index (its log agrees with ours up to it).
+    match: dict[int, int]
+
+
+@dataclass(frozen=True, slots=True)
 class DriverOptions:
     tick_s: float = 0.1  # wall time of one Raft tick
     inbox_limit: int = 8192  # messages waiting for the loop; more are dropped
@@ -366,6 +383,26 @@ class GroupDriver:
     def match(self) -> dict[int, int]:
         """While leader: how far each follower's log matches ours."""
         return {node: pr.match for node, pr in self.core.progress.items()}
+
+    def status(self) -> GroupStatus:
+        core = self.core
+        leader = core.role is Role.LEADER
+        return GroupStatus(
+            group_id=self.group_id,
+            role=core.role.value,
+            term=core.term,
+            leader_id=core.leader_id,
+            commit_index=core.commit_index,
+            applied_index=core.log.applied,
+            last_index=core.log.last_index(),
+            quiesced=core.quiesced,
+            voters=core.config.voters,
+            match=(
+                {n: pr.match for n, pr in core.progress.items() if n != self.node_id}
+                if leader
+                else {}
+            ),
+        )
 
     def in_contact(self) -> frozenset[int]:
         """This node and the voters heard from within an election timeout (the ISR); in
