@@ -190,6 +190,7 @@ class HttpServer:
         """The next request (body refused), None when the client closed or went quiet."""
         with trio.move_on_after(wait):
             head: h11.Request | None = None
+            received = 0  # bytes read for this request's head
             while True:
                 try:
                     event = conn.next_event()
@@ -201,11 +202,17 @@ class HttpServer:
                     if not data:
                         # A client that closes mid-request is not an error of ours.
                         return None
+                    if head is None:
+                        received += len(data)
+                        if received > self._max_head + _READ_BYTES:
+                            raise _BadRequest(431, "request head too large")
                     conn.receive_data(bytes(data))
                     continue
                 if isinstance(event, h11.ConnectionClosed):
                     return None
                 if isinstance(event, h11.Request):
+                    if sum(len(n) + len(v) + 4 for n, v in event.headers) > self._max_head:
+                        raise _BadRequest(431, "request head too large")
                     head = event
                     method = event.method.decode("ascii", "replace")
                     if method not in ("GET", "HEAD"):
