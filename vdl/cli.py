@@ -19,6 +19,7 @@ from typing import Any, BinaryIO, TextIO
 import trio
 from google.protobuf.struct_pb2 import Struct
 
+from vdl.admin.client import DEFAULT_ADMIN_URL, AdminApi, AdminApiError
 from vdl.client import (
     Client,
     ClientError,
@@ -254,10 +255,9 @@ async def consume(client: Client, args: argparse.Namespace) -> int:
 # -- cluster status -------------------------------------------------------------------------
 
 NOT_EXPOSED = (
-    "Not exposed by the node yet: replica sets and Raft state (followers, terms, in-sync "
-    "replicas), per-node health and load, replication lag. NODE is the node serving the "
-    "partition (DescribeTopic partition_node_id); LAG is END minus the consumer's committed "
-    "offset."
+    "NODE is the node serving the partition (DescribeTopic partition_node_id); LAG is END "
+    "minus the consumer's committed offset. Replica sets, in-sync replicas, follower lag and "
+    "node states come from the admin API: add --admin http://HOST:9644."
 )
 
 
@@ -298,6 +298,134 @@ async def cluster_status(client: Client, args: argparse.Namespace) -> int:
     print("\nCONSUMERS")
     table(["TOPIC", "CONSUMER", "PARTITION", "COMMITTED", "END", "LAG"], consumer_rows, sys.stdout)
     print(f"\n{NOT_EXPOSED}")
+    return 0
+
+
+# -- through the admin API (HTTP JSON views): cluster status and consumer groups -----------
+
+
+def _admin_api(args: argparse.Namespace) -> AdminApi:
+    try:
+        return AdminApi(
+            args.admin or DEFAULT_ADMIN_URL,
+            user=args.user,
+            password=args.password,
+            ca_file=args.ca_file,
+            timeout=args.timeout,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _nodes_text(nodes: Sequence[int]) -> str:
+    return ",".join(str(n) for n in nodes) or "-"
+
+
+def _maybe(value: object) -> object:
+    return "-" if value is None else value
+
+
+def admin_cluster_status(args: argparse.Namespace) -> int:
+    api = _admin_api(args)
+    cluster = api.get("/v1/cluster")
+    partitions = api.get("/v1/partitions")["partitions"]
+    groups = api.get("/v1/groups")["groups"]
+    ready = cluster["ready"]
+    print(
+        f"NODES (asked node {cluster['node_id']}: "
+        f"{'ready' if ready['ready'] else 'not ready: ' + ready['reason']}; "
+        f"controller {cluster['controller_id']})"
+    )
+    table(
+        ["ID", "STATE", "DC", "KAFKA", "GRPC"],
+        [
+            (n["node_id"], n["state"], n["dc"] or "-", _maybe(n["kafka"]), _maybe(n["grpc"]))
+            for n in cluster["nodes"]
+        ],
+        sys.stdout,
+    )
+    under = sum(1 for p in partitions if len(p["isr"]) < len(p["replicas"]))
+    topics = len({p["topic"] for p in partitions})
+    print(f"\nPARTITIONS ({topics} topics, {len(partitions)} partitions, {under} under-replicated)")
+    table(
+        ["TOPIC", "PARTITION", "LEADER", "REPLICAS", "ISR", "START", "END", "SIZE", "FOLLOWER LAG"],
+        [
+            (
+                p["topic"],
+                p["partition"],
+                p["leader"] if p["leader"] > 0 else "none",
+                _nodes_text(p["replicas"]),
+                _nodes_text(p["isr"]),
+                _maybe(p["log_start"]),
+                _maybe(p["high_watermark"]),
+                "-" if p["size_bytes"] is None else human_bytes(p["size_bytes"]),
+                " ".join(f"{f['node_id']}:{f['lag']}" for f in p["followers"]) or "-",
+            )
+            for p in partitions
+        ],
+        sys.stdout,
+    )
+    print("\nCONSUMER GROUPS")
+    table(
+        ["GROUP", "TOPIC", "PARTITION", "COMMITTED", "END", "LAG"],
+        [
+            (
+                g["group"],
+                o["topic"],
+                o["partition"],
+                o["committed"],
+                _maybe(o["end"]),
+                _maybe(o["lag"]),
+            )
+            for g in groups
+            for o in g["offsets"]
+        ],
+        sys.stdout,
+    )
+    print(
+        "\nFOLLOWER LAG (entries each follower lacks) is known where the asked node leads the "
+        "partition; END and LAG where it holds a replica."
+    )
+    return 0
+
+
+def group_list(args: argparse.Namespace) -> int:
+    groups = _admin_api(args).get("/v1/groups")["groups"]
+    rows = []
+    for g in groups:
+        lags = [o["lag"] for o in g["offsets"]]
+        known = [lag for lag in lags if lag is not None]
+        lag = sum(known) if known and len(known) == len(lags) else "-"
+        rows.append((g["group"], _maybe(g["state"]), len(g["members"]), len(g["offsets"]), lag))
+    table(["GROUP", "STATE", "MEMBERS", "PARTITIONS", "LAG"], rows, sys.stdout)
+    return 0
+
+
+def group_describe(args: argparse.Namespace) -> int:
+    groups = _admin_api(args).get("/v1/groups")
+    group = next((g for g in groups["groups"] if g["group"] == args.name), None)
+    if group is None:
+        print(f"vdl: no group {args.name!r}", file=sys.stderr)
+        return EXIT_FAILED
+    state = group["state"] or "- (ask the coordinator: the metadata group's leader)"
+    print(f"group:     {group['group']}\nstate:     {state}")
+    print(f"protocol:  {group['protocol'] or '-'}\nmembers:   {len(group['members'])}")
+    if group["members"]:
+        print()
+        table(
+            ["MEMBER", "CLIENT", "HOST"],
+            [(m["member_id"], m["client_id"], m["host"]) for m in group["members"]],
+            sys.stdout,
+        )
+    print()
+    table(
+        ["TOPIC", "PARTITION", "COMMITTED", "END", "LAG"],
+        [
+            (o["topic"], o["partition"], o["committed"], _maybe(o["end"]), _maybe(o["lag"]))
+            for o in group["offsets"]
+        ],
+        sys.stdout,
+    )
     return 0
 
 
@@ -468,6 +596,12 @@ def _common_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--timeout", type=float, default=sup, help="seconds to wait for the node (default 10)"
     )
+    group.add_argument(
+        "--admin",
+        default=sup,
+        help="the node's admin API, http[s]://HOST:PORT (default: $VDL_ADMIN; group commands "
+        f"fall back to {DEFAULT_ADMIN_URL})",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -528,7 +662,18 @@ def build_parser() -> argparse.ArgumentParser:
     cluster = commands.add_parser("cluster", help="cluster introspection")
     clusters = cluster.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
     status = clusters.add_parser("status", parents=[common], help="nodes, partitions, lag")
-    status.set_defaults(parser=status, run=cluster_status)
+    status.set_defaults(parser=status, run=cluster_status, admin_run=admin_cluster_status)
+    group = commands.add_parser(
+        "group", help="consumer groups (Kafka groups and YDB consumers) with their lag"
+    )
+    group_actions = group.add_subparsers(dest="group_command", required=True, metavar="ACTION")
+    listing = group_actions.add_parser("list", parents=[common], help="every group, total lag")
+    listing.set_defaults(parser=listing, admin_run=group_list, admin_only=True)
+    described = group_actions.add_parser(
+        "describe", parents=[common], help="members and per-partition lag"
+    )
+    described.add_argument("name")
+    described.set_defaults(parser=described, admin_run=group_describe, admin_only=True)
     _security_commands(commands, common)
     return parser
 
@@ -565,6 +710,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "user": None,
         "password": env.get("VDL_PASSWORD"),
         "timeout": 10.0,
+        "admin": env.get("VDL_ADMIN"),
     }
     for name, value in defaults.items():
         if not hasattr(args, name):
@@ -575,6 +721,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(str(exc))
     if args.ca_file is not None and not os.path.isfile(args.ca_file):
         parser.error(f"--ca-file {args.ca_file}: no such file")
+    admin_run = getattr(args, "admin_run", None)
+    if admin_run is not None and (getattr(args, "admin_only", False) or args.admin):
+        try:
+            code = admin_run(args)
+        except UsageError as exc:
+            args.parser.error(str(exc))
+        except AdminApiError as exc:
+            print(f"vdl: {exc}", file=sys.stderr)
+            code = EXIT_UNREACHABLE if exc.unreachable else EXIT_FAILED
+        raise SystemExit(code)
     try:
         code = trio.run(_run, args.run, args)
     except UsageError as exc:

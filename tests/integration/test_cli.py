@@ -65,7 +65,7 @@ def test_create_produce_consume_status(node: NodeProcess, tmp_path: Path) -> Non
     assert "1 topics, 2 partitions" in status
     consumer_rows = status.split("CONSUMERS")[1].splitlines()[2:4]
     assert all(row.split()[-1] == "0" for row in consumer_rows)  # no lag: all committed
-    assert "Not exposed by the node yet" in status
+    assert "add --admin http://HOST:9644" in status
 
     # A file, a second producer, and consuming from the committed offset.
     source = tmp_path / "more.txt"
@@ -115,3 +115,37 @@ def test_errors_are_clear_and_exit_non_zero(node: NodeProcess) -> None:
     ok(vdl("topic", "create", "dup", endpoint=endpoint))
     again = vdl("topic", "create", "dup", endpoint=endpoint)
     assert again.returncode == 1 and b"ALREADY_EXISTS" in again.stderr
+
+
+def test_cluster_status_and_groups_through_the_admin_api(node: NodeProcess) -> None:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    producer = Producer({"bootstrap.servers": node.bootstrap, "acks": "all"})
+    for i in range(25):
+        producer.produce("cli-lag", value=b"v", key=str(i).encode())
+    assert producer.flush(30) == 0
+    consumer = Consumer(
+        {"bootstrap.servers": node.bootstrap, "group.id": "cli-g", "enable.auto.commit": False}
+    )
+    try:
+        consumer.commit(offsets=[TopicPartition("cli-lag", 0, 10)], asynchronous=False)
+    finally:
+        consumer.close()
+
+    status = ok(vdl("cluster", "status", "--admin", node.admin_url))
+    assert "asked node 1: ready; controller 1" in status
+    rows = [line.split() for line in status.split("PARTITIONS")[1].splitlines()]
+    assert ["cli-lag", "0", "1", "1", "1", "0", "25"] in [r[:7] for r in rows]
+    groups = [line.split() for line in status.split("CONSUMER GROUPS")[1].splitlines()]
+    assert ["cli-g", "cli-lag", "0", "10", "25", "15"] in groups
+
+    listed = [
+        line.split() for line in ok(vdl("group", "list", "--admin", node.admin_url)).splitlines()
+    ]
+    assert ["cli-g", "Empty", "0", "1", "15"] in listed
+    described = ok(vdl("group", "describe", "cli-g", "--admin", node.admin_url))
+    assert ["cli-lag", "0", "10", "25", "15"] in [line.split() for line in described.splitlines()]
+    missing = vdl("group", "describe", "nope", "--admin", node.admin_url)
+    assert missing.returncode == 1 and b"no group 'nope'" in missing.stderr
+    unreachable = vdl("group", "list", "--admin", f"http://127.0.0.1:{free_port()}")
+    assert unreachable.returncode == 3 and b"cannot reach" in unreachable.stderr
