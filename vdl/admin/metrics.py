@@ -231,7 +231,7 @@ class NodeCollector(Collector):
         replicas = GaugeMetricFamily(
             PREFIX + "partition_replicas", "Replicas, on the partition's leader.", labels=labels
         )
-        led = under = hosted = 0
+        led = under = hosted = producers = 0
         for row in rows:
             key = [row.topic, str(row.partition)]
             if not row.hosted:
@@ -246,6 +246,7 @@ class NodeCollector(Collector):
             if row.size_bytes is not None:
                 size.add_metric(key, row.size_bytes)
             if row.leads:
+                producers += row.producers or 0
                 led += 1
                 isr.add_metric(key, len(row.isr))
                 replicas.add_metric(key, len(row.replicas))
@@ -255,6 +256,11 @@ class NodeCollector(Collector):
             PREFIX + "partitions_hosted", "Partitions with a replica on this node.", value=hosted
         )
         yield GaugeMetricFamily(PREFIX + "partitions_led", "Partitions this node leads.", value=led)
+        yield GaugeMetricFamily(
+            PREFIX + "producer_ids",
+            "Idempotent producers tracked by the partitions this node leads.",
+            value=producers,
+        )
         yield GaugeMetricFamily(
             PREFIX + "under_replicated_partitions",
             "Partitions this node leads whose in-sync replicas are fewer than their replicas.",

@@ -56,6 +56,7 @@ class PartitionRow:
     log_start: int | None
     log_end: int | None
     size_bytes: int | None
+    producers: int | None  # idempotent producers the partition tracks
     raft: GroupStatus | None
 
     @property
@@ -240,6 +241,7 @@ class NodeView:
                         log_start=stream.log_start_offset if stream is not None else None,
                         log_end=stream.log_end_offset if stream is not None else None,
                         size_bytes=stream.store.size_bytes() if stream is not None else None,
+                        producers=len(stream.producers) if stream is not None else None,
                         raft=statuses.get(key),
                     )
                 )

@@ -80,8 +80,16 @@ from vdl.consensus.snapshot_transfer import (
 from vdl.consensus.stage_timers import GroupStageTimers, NoStageTimers
 from vdl.consensus.state import NO_NODE, Role, SnapshotMeta
 from vdl.log.flusher import Flusher
+from vdl.metrics.stages import STAGES
 
 log = logging.getLogger(__name__)
+
+
+# Node-wide counters of the node's metrics (vdl/admin/metrics.py exposes them).
+_LEADER_CHANGES = STAGES.counter("raft_leader_changes")  # a group learned of a new leader
+_ELECTIONS_WON = STAGES.counter("raft_elections_won")  # this node became a group's leader
+_SNAPSHOT_FETCHES = STAGES.counter("raft_snapshot_fetches")  # a follower began a pull
+_SNAPSHOTS_INSTALLED = STAGES.counter("raft_snapshots_installed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -718,6 +726,7 @@ class GroupDriver:
         if self._fetching >= m.snapshot.index:
             return  # a pull of at least that much is under way
         self._fetching = m.snapshot.index
+        _SNAPSHOT_FETCHES.inc()
         self._nursery.start_soon(self._fetch_task, m, self._fetch)
 
     async def _fetch_task(self, m: InstallSnapshot, fetch: SnapshotFetcher) -> None:
@@ -765,6 +774,7 @@ class GroupDriver:
             return
         await trio.to_thread.run_sync(self._store.sync)
         await trio.to_thread.run_sync(save_snapshot_meta, self._meta, self.group_id, snap)
+        _SNAPSHOTS_INSTALLED.inc()
         self._retention_saved = snap
         # What was owed for the old content refers to entries that are gone.
         self._pending.clear()
@@ -868,6 +878,9 @@ class GroupDriver:
                 )
             elif core.leader_id != NO_NODE and seen[:2] != self._role_seen[:2]:
                 log.info("group %d: node %d leads in term %d", self.group_id, *seen[:2])
+                _LEADER_CHANGES.inc()
+            if seen[2] and not self._role_seen[2]:
+                _ELECTIONS_WON.inc()
             self._role_seen = seen
             self._clock.version += 1
             self._machine.on_role_change(core.leader_id, core.term, seen[2])

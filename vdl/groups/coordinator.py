@@ -35,8 +35,11 @@ from dataclasses import dataclass
 from vdl.groups.group import Group, GroupState, Member, Protocols
 from vdl.groups.group_record import GroupRecord, MemberRecord
 from vdl.log.error_codes import ErrorCode
+from vdl.metrics.stages import STAGES
 
 _PREPARING = GroupState.PREPARING_REBALANCE
+# Rebalances begun on this coordinator, for the node's metrics.
+_REBALANCES = STAGES.counter("kafka_group_rebalances")
 _COMPLETING = GroupState.COMPLETING_REBALANCE
 
 
@@ -326,6 +329,7 @@ class GroupCoordinator:
     # -- rebalance -------------------------------------------------------------------------
 
     def _prepare_rebalance(self, now_ms: int, group: Group) -> None:
+        _REBALANCES.inc()
         if group.state is _COMPLETING:
             # Followers waiting for an assignment of a generation that will never be.
             self._fail_syncs(group, ErrorCode.REBALANCE_IN_PROGRESS)
