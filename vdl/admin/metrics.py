@@ -55,6 +55,13 @@ _HELP: dict[str, str] = {
 }
 
 
+# Buckets exposed per histogram: about one per power of two. The registry keeps finer ones
+# (four per power of two for latencies) for the benches' quantiles; a cumulative count at
+# a kept bound is exact, so coarser exposition loses no correctness, only resolution, and
+# keeps a scrape small (each bucket is a line per label set).
+_EXPOSED_BUCKETS = 18
+
+
 def _histogram(name: str, hists: list[Histogram]) -> HistogramMetricFamily:
     labels = sorted({k for h in hists for k in h.labels})
     family = HistogramMetricFamily(
@@ -63,9 +70,12 @@ def _histogram(name: str, hists: list[Histogram]) -> HistogramMetricFamily:
     for h in hists:
         buckets: list[tuple[str, float]] = []
         running = 0
-        for bound, count in zip(h.bounds, h.counts, strict=False):
+        stride = max(1, len(h.bounds) // _EXPOSED_BUCKETS)
+        last = len(h.bounds) - 1
+        for i, (bound, count) in enumerate(zip(h.bounds, h.counts, strict=False)):
             running += count
-            buckets.append((repr(float(bound)), float(running)))
+            if (i + 1) % stride == 0 or i == last:
+                buckets.append((f"{bound:.6g}", float(running)))
         # From the counts alone (not `h.count`): a flusher-thread write racing this read
         # must not make the buckets non-monotonic.
         running += h.counts[-1]
@@ -74,15 +84,20 @@ def _histogram(name: str, hists: list[Histogram]) -> HistogramMetricFamily:
     return family
 
 
+def _bare(name: str) -> str:
+    """A registry name without the prefix and suffix the exposition adds itself."""
+    return name.removeprefix(PREFIX).removesuffix("_total")
+
+
 def stage_families(registry: StageRegistry) -> Iterator[Metric]:
     by_name: dict[str, list[Histogram]] = {}
     for h in registry.histograms():
-        by_name.setdefault(h.name, []).append(h)
+        by_name.setdefault(_bare(h.name), []).append(h)
     for name, hists in sorted(by_name.items()):
         yield _histogram(name, hists)
     counters: dict[str, list[tuple[dict[str, str], int]]] = {}
     for c in registry.counters():
-        counters.setdefault(c.name, []).append((dict(c.labels), c.value))
+        counters.setdefault(_bare(c.name), []).append((dict(c.labels), c.value))
     for name, values in sorted(counters.items()):
         labels = sorted({k for lab, _ in values for k in lab})
         family = CounterMetricFamily(PREFIX + name, name.replace("_", " "), labels=labels)
