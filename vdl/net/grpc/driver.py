@@ -17,6 +17,8 @@ from contextlib import contextmanager
 import trio
 from h2.errors import ErrorCodes
 
+from vdl.metrics.stages import Counter
+
 from . import events as ev
 from .connection import GrpcConnection, StreamGoneError
 from .status import GrpcError, StatusCode
@@ -120,8 +122,20 @@ class ConnectionDriver:
     #: Who is at the other end, for log lines.
     peer = "to the server"
 
-    def __init__(self, transport: trio.abc.Stream, conn: GrpcConnection, *, read_size: int) -> None:
+    def __init__(
+        self,
+        transport: trio.abc.Stream,
+        conn: GrpcConnection,
+        *,
+        read_size: int,
+        bytes_in: Counter | None = None,
+        bytes_out: Counter | None = None,
+    ) -> None:
         self.transport = transport
+        # Where the bytes read and written are counted (the server's metrics); a client's
+        # go to counters of its own that nobody exposes.
+        self._bytes_in = bytes_in if bytes_in is not None else Counter("bytes_in")
+        self._bytes_out = bytes_out if bytes_out is not None else Counter("bytes_out")
         self.conn = conn
         self.read_size = read_size
         self.calls: dict[int, CallIO] = {}
@@ -156,6 +170,7 @@ class ConnectionDriver:
                     for start in range(0, len(view), _SEND_PIECE):
                         piece = view[start : start + _SEND_PIECE]
                         await self.transport.send_all(piece)
+                        self._bytes_out.inc(len(piece))
                         self._in_flight -= len(piece)
                         self._replies_queued = min(self._replies_queued, self.queued_outgoing)
                         self._drained.fire()
@@ -220,6 +235,7 @@ class ConnectionDriver:
                 self._lost("connection closed by peer")
                 return
             self.last_activity = trio.current_time()
+            self._bytes_in.inc(len(data))
             for event in self.conn.receive_data(data):
                 self.handle_event(event)
             self._replies_queued += self.conn.take_replies_queued()

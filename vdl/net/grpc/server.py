@@ -3,7 +3,8 @@
 Handlers take and return bytes; (de)serialisation is the service's business (see
 ``protobuf.py`` for helpers). Each call runs in its own cancel scope, cancelled by the
 client's RST_STREAM, by the ``grpc-timeout`` deadline (answered with DEADLINE_EXCEEDED), or
-at the end of a shutdown's grace period.
+at the end of a shutdown's grace period. Calls, their statuses and the unary ones' times
+are counted per method (``metrics.py``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import ssl
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, NoReturn
@@ -24,6 +26,14 @@ from . import events as ev
 from .connection import GrpcConnection, GrpcSettings
 from .driver import READ_SIZE, CallIO, ConnectionDriver
 from .metadata import Metadata, MetadataLike
+from .metrics import (
+    BYTES_IN,
+    BYTES_OUT,
+    CONNECTIONS_ACCEPTED,
+    CONNECTIONS_REFUSED,
+    MethodMetrics,
+    unknown_method,
+)
 from .status import GrpcError, StatusCode
 from .tls_stream import TlsStream
 
@@ -104,14 +114,19 @@ Precheck = Callable[[ServerContext], bytes | None]
 class _Method:
     kind: Literal["unary", "stream"]
     handler: UnaryHandler | StreamHandler
-    precheck: Precheck | None = None
+    precheck: Precheck | None
+    metrics: MethodMetrics
 
 
 class _ServerCall(CallIO):
-    def __init__(self, driver: _ServerConnection, stream_id: int, context: ServerContext) -> None:
+    def __init__(
+        self, driver: _ServerConnection, stream_id: int, context: ServerContext, started: float
+    ) -> None:
         super().__init__(driver, stream_id)
         self.context = context
         self.scope = trio.CancelScope(deadline=context.deadline or math.inf)
+        #: ``time.perf_counter()`` when the request headers arrived.
+        self.started = started
 
     async def receive(self) -> bytes | None:
         while True:
@@ -139,6 +154,8 @@ class _ServerConnection(ConnectionDriver):
             transport,
             GrpcConnection(client_side=False, settings=server.settings),
             read_size=READ_SIZE,
+            bytes_in=BYTES_IN,
+            bytes_out=BYTES_OUT,
         )
         self.server = server
         self.peer = peer
@@ -193,12 +210,17 @@ class _ServerConnection(ConnectionDriver):
         call.scope.cancel()
 
     def _start_call(self, request: ev.RequestReceived) -> None:
+        started = time.perf_counter()
         method = self.server.methods.get(request.method)
         if method is None:
+            unknown = unknown_method()
+            unknown.requests.inc()
             self.conn.send_trailers(
                 request.stream_id, StatusCode.UNIMPLEMENTED, f"unknown method {request.method}"
             )
+            unknown.finished(StatusCode.UNIMPLEMENTED, started)
             return
+        method.metrics.requests.inc()
         deadline = None
         if request.timeout is not None:
             deadline = trio.current_time() + request.timeout
@@ -211,14 +233,16 @@ class _ServerConnection(ConnectionDriver):
             except Exception as exc:
                 logger.exception("precheck for %s failed", context.method)
                 self.conn.send_trailers(request.stream_id, StatusCode.INTERNAL, str(exc))
+                method.metrics.finished(StatusCode.INTERNAL, started)
                 return
             if early is not None:
                 # The response leaves now; the body the client is still sending is refused
                 # with RST_STREAM(NO_ERROR) and never buffered (RFC 9113 §8.1).
                 self.conn.send_message(request.stream_id, early)
                 self.conn.send_trailers(request.stream_id, StatusCode.OK)
+                method.metrics.finished(StatusCode.OK, started)
                 return
-        call = _ServerCall(self, request.stream_id, context)
+        call = _ServerCall(self, request.stream_id, context, started)
         self.add_call(call)
         assert self._nursery is not None
         self._nursery.start_soon(self._run_call, call, method)
@@ -226,6 +250,8 @@ class _ServerConnection(ConnectionDriver):
     async def _run_call(self, call: _ServerCall, method: _Method) -> None:
         context = call.context
         status, message = StatusCode.OK, ""
+        # Until the call ends normally, its end is a cancellation (the connection's).
+        ended = StatusCode.CANCELLED
         try:
             try:
                 with call.scope:
@@ -263,7 +289,9 @@ class _ServerConnection(ConnectionDriver):
                     discard_pending=status is not StatusCode.OK,
                 )
                 self.wake_writer()
+            ended = status
         finally:
+            method.metrics.finished(ended, call.started)
             self.remove_call(call)
 
     async def _run_unary(self, call: _ServerCall, handler: UnaryHandler) -> None:
@@ -332,18 +360,25 @@ class GrpcServer:
         ``precheck`` (e.g. an authentication check) sees the call's metadata before its
         request is received and may answer the call instead of the handler.
         """
-        self._add(path, _Method("unary", handler, precheck))
+        self._add(path, "unary", handler, precheck)
 
     def add_stream(self, path: str, handler: StreamHandler) -> None:
         """Register a bidi-streaming ``async def handler(stream, context) -> None``."""
-        self._add(path, _Method("stream", handler))
+        self._add(path, "stream", handler, None)
 
-    def _add(self, path: str, method: _Method) -> None:
+    def _add(
+        self,
+        path: str,
+        kind: Literal["unary", "stream"],
+        handler: UnaryHandler | StreamHandler,
+        precheck: Precheck | None,
+    ) -> None:
         if not path.startswith("/") or path.count("/") != 2:
             raise ValueError(f"method path must look like /package.Service/Method: {path!r}")
         if path in self.methods:
             raise ValueError(f"{path} is already registered")
-        self.methods[path] = method
+        counted = MethodMetrics(path, timed=kind == "unary")
+        self.methods[path] = _Method(kind, handler, precheck, counted)
 
     @property
     def ports(self) -> list[int]:
@@ -398,8 +433,10 @@ class GrpcServer:
                 continue
             host = peer_host(stream)
             if not self.limits.admit(host):
+                CONNECTIONS_REFUSED.inc()
                 await refuse(stream)
                 continue
+            CONNECTIONS_ACCEPTED.inc()
             nursery.start_soon(self._serve_counted, stream, host)
 
     async def _serve_counted(self, stream: trio.SocketStream, host: str) -> None:

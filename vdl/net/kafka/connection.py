@@ -24,18 +24,25 @@ the stream broken for good, and the responses still owed on it would be lost. So
 connection is put in *draining*: the read in progress may still return (its requests are
 admitted and answered), no further read starts, and the blocked read is cancelled only
 once every response is written, when breaking the stream can no longer lose anything.
+
+Each request is counted as Kafka's RequestMetrics count it (request_metrics.py): its api,
+its time from the frame read off the socket to its response handed to the writer, and the
+requests refused before they had a response (with the error Kafka would name).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import struct
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import trio
 
 from vdl.broker.broker import Broker
+from vdl.log.error_codes import ErrorCode
 from vdl.net.kafka.apis.context import (
     FETCH_MAX_BYTES,
     NodeInfo,
@@ -45,9 +52,17 @@ from vdl.net.kafka.apis.context import (
 )
 from vdl.net.kafka.apis.dispatch import UnsupportedRequest, dispatch
 from vdl.net.kafka.apis.sasl import ConnectionAuth
+from vdl.net.kafka.errors import KafkaError
 from vdl.net.kafka.framing import FrameDecoder, FrameTooLarge
 from vdl.net.kafka.header import MalformedRequest, parse_request_header
 from vdl.net.kafka.quotas import KafkaQuotas
+from vdl.net.kafka.request_metrics import (
+    AUTHENTICATION_FAILURES,
+    BYTES_IN,
+    BYTES_OUT,
+    ApiMetrics,
+    api_metrics,
+)
 from vdl.net.kafka.versions import ApiKey
 from vdl.security.service import NO_SECURITY, Security
 
@@ -56,6 +71,18 @@ log = logging.getLogger(__name__)
 MAX_IN_FLIGHT = 64  # requests read ahead of their responses, per connection
 READ_SIZE = 256 * 1024
 SEND_CHUNK = 256 * 1024  # larger responses are sent in pieces of about this size
+_API_KEY = struct.Struct(">h")
+
+
+@dataclass(slots=True)
+class _Admitted:
+    """A request admitted by its inline part: what runs the rest, and what it counts into."""
+
+    pending: Pending
+    # Whether it waits for its turn to start (a Fetch: see the module docstring).
+    in_turn: bool
+    # None for a bare SASL token after a v0 handshake: not a Kafka request.
+    metrics: ApiMetrics | None
 
 
 @dataclass(slots=True)
@@ -166,21 +193,26 @@ class KafkaConnection:
                 if not n:
                     return
                 self._last_active = trio.current_time()
+                BYTES_IN.inc(n)
                 frames = decoder.direct_received(n)
             else:
                 data = await self._stream.receive_some(READ_SIZE)
                 if not data:
                     return
                 self._last_active = trio.current_time()
+                BYTES_IN.inc(len(data))
                 try:
                     frames = decoder.feed(data)
                 except FrameTooLarge as exc:
                     before = " before SASL authentication" if self._pre_auth else ""
                     log.warning("closing connection from %s: %s%s", self._peer, exc, before)
                     return
+            received = time.perf_counter()
             for frame in frames:
-                if self._quotas is not None:
-                    await self._quota_pause(self._quotas, frame)
+                if self._quotas is not None and await self._quota_pause(self._quotas, frame):
+                    # Kafka mutes a throttled client's socket (KIP-219): the request would
+                    # not have been read yet, so the throttle is not part of its time.
+                    received = time.perf_counter()
                 if not self._admitting:
                     # Reading was cut while this read returned: its requests were never
                     # accepted, so nothing of them is stored (the client sees them fail).
@@ -188,14 +220,13 @@ class KafkaConnection:
                 admitted = self._admit(frame)
                 if admitted is None:
                     return
-                pending, in_turn = admitted
                 slot = _Slot()
                 self._in_flight += 1
                 # Shielded: an admitted request (a produce is stored by now) must reach
                 # the writer, or its answer would be lost if reading is cut meanwhile.
                 with trio.CancelScope(shield=True):
                     await send.send(slot)
-                nursery.start_soon(self._run, slot, pending, in_turn)
+                nursery.start_soon(self._run, slot, admitted, received)
                 if self._auth is not None and self._auth.failed:
                     return  # Kafka closes after a failed SASL step (once it is answered)
 
@@ -203,15 +234,17 @@ class KafkaConnection:
         sasl = self._auth.sasl if self._auth is not None else None
         return sasl is not None and sasl.authenticated
 
-    async def _quota_pause(self, quotas: KafkaQuotas, frame: memoryview) -> None:
-        """Hold this client's next request back while it is over its quota."""
+    async def _quota_pause(self, quotas: KafkaQuotas, frame: memoryview) -> bool:
+        """Hold this client's next request back while it is over its quota; True if held."""
         try:
             client_id = parse_request_header(frame).client_id or ""
         except MalformedRequest:
-            return  # _admit reports it
+            return False  # _admit reports it
         pause = quotas.pause_s(client_id, trio.current_time())
         if pause > 0:
             await trio.sleep(pause)
+            return True
+        return False
 
     async def _close_when_idle(self, limit_s: float) -> None:
         with self._idle_watch:
@@ -226,21 +259,29 @@ class KafkaConnection:
                     self._nursery.cancel_scope.cancel()
                     return
 
-    def _admit(self, frame: memoryview) -> tuple[Pending, bool] | None:
-        """Run the request's inline part: its Pending, and whether that must wait for its
-        turn (see the module docstring). None closes the connection (after earlier replies)."""
+    def _admit(self, frame: memoryview) -> _Admitted | None:
+        """Run the request's inline part (see `_Admitted`). None closes the connection
+        (after earlier replies); the request is then counted as failed with the error
+        Kafka would name."""
         auth = self._auth
         if auth is not None and auth.raw_tokens:
             try:
-                return auth.raw_token(frame), False
+                return _Admitted(auth.raw_token(frame), False, None)
             except Exception:
+                AUTHENTICATION_FAILURES.inc()
                 log.exception("closing connection from %s: SASL token failed", self._peer)
                 return None
         try:
             header = parse_request_header(frame)
         except MalformedRequest as exc:
+            if len(frame) >= _API_KEY.size:
+                metrics = api_metrics(_API_KEY.unpack_from(frame)[0])
+                metrics.requests.inc()
+                metrics.error(ErrorCode.INVALID_REQUEST)
             log.warning("closing connection from %s: malformed request header: %s", self._peer, exc)
             return None
+        metrics = api_metrics(header.api_key)
+        metrics.requests.inc()
         if auth is None:
             ctx = RequestContext(
                 header,
@@ -252,6 +293,9 @@ class KafkaConnection:
             )
         else:
             if not auth.admits(header.api_key):
+                # Kafka: IllegalSaslStateException, an authentication failure.
+                metrics.error(ErrorCode.ILLEGAL_SASL_STATE)
+                AUTHENTICATION_FAILURES.inc()
                 log.warning(
                     "closing connection from %s: api %d before SASL authentication",
                     self._peer,
@@ -273,11 +317,13 @@ class KafkaConnection:
             )
         try:
             if auth is not None and (handled := auth.handle(header, frame)) is not None:
-                return handled, False
-            return dispatch(ctx), header.api_key == ApiKey.FETCH
+                return _Admitted(handled, False, metrics)
+            return _Admitted(dispatch(ctx), header.api_key == ApiKey.FETCH, metrics)
         except UnsupportedRequest as exc:
+            metrics.error(ErrorCode.UNSUPPORTED_VERSION)
             log.warning("closing connection from %s: %s", self._peer, exc)
         except MalformedRequest as exc:
+            metrics.error(exc.code)
             log.warning(
                 "closing connection from %s: malformed request (api %d v%d): %s",
                 self._peer,
@@ -285,7 +331,10 @@ class KafkaConnection:
                 header.api_version,
                 exc,
             )
-        except Exception:
+        except Exception as exc:
+            metrics.error(
+                exc.code if isinstance(exc, KafkaError) else ErrorCode.UNKNOWN_SERVER_ERROR
+            )
             log.exception(
                 "closing connection from %s: request api %d v%d failed",
                 self._peer,
@@ -294,14 +343,21 @@ class KafkaConnection:
             )
         return None
 
-    async def _run(self, slot: _Slot, pending: Pending, in_turn: bool) -> None:
+    async def _run(self, slot: _Slot, admitted: _Admitted, received: float) -> None:
+        metrics = admitted.metrics
         try:
-            if in_turn:
+            if admitted.in_turn:
                 await slot.turn.wait()
-            slot.response = await pending()
+            response = slot.response = await admitted.pending()
+            if metrics is not None:
+                metrics.answered(received)
+            if response is not None:
+                BYTES_OUT.inc(_size(response))
             if slot is self._head and self._cancel_safe:
                 self._write_now(slot)
         except Exception:
+            if metrics is not None:
+                metrics.error(ErrorCode.UNKNOWN_SERVER_ERROR)
             # A bug in one request must not take the node down: drop only this connection.
             log.exception("request from %s failed; closing its connection", self._peer)
             self._nursery.cancel_scope.cancel()

@@ -21,6 +21,7 @@ from vdl.net.kafka.header import (
     kafka_request_classes,
     kafka_response_classes,
 )
+from vdl.net.kafka.request_metrics import api_metrics, record_response_errors
 from vdl.net.kafka.versions import ADVERTISED, SASL_ADVERTISED, ApiKey
 
 __all__ = [
@@ -98,8 +99,10 @@ def encode_response(header: RequestHeader, response: Any) -> bytes:
     """Encode ``response`` framed, with the response header for the request's version.
 
     kafka-python picks header v1 for flexible versions and forces v0 for
-    ApiVersions, which is exactly the rule of KIP-482 and KIP-511.
+    ApiVersions, which is exactly the rule of KIP-482 and KIP-511. The response's
+    error codes are counted (`kafka_request_errors`, request_metrics.py).
     """
+    record_response_errors(header.api_key, response)
     # The version must be set before the header exists: kafka-python's version
     # setter also writes request_api_version into the header, which a
     # ResponseHeader does not have.
@@ -127,6 +130,7 @@ def api_versions_response(
     if not low <= version <= high:
         version = 0
         error = ErrorCode.UNSUPPORTED_VERSION
+        api_metrics(ApiKey.API_VERSIONS).error(error)
     cls = response_class(ApiKey.API_VERSIONS, version)
     entries = [
         cls.ApiVersion(api_key=key, min_version=rng[0], max_version=rng[1])

@@ -16,7 +16,9 @@ KafkaApis since KIP-219:
 Either way the connection reads nothing more from that client until the throttle has
 passed (`pause_s`), so a client that ignores the hint is slowed all the same.
 
-Sans-I/O: time comes in as seconds on any monotonic clock.
+Sans-I/O: time comes in as seconds on any monotonic clock. Every throttle given (a
+produce's debt, a refused fetch's wait) is observed in `kafka_throttle_seconds{api}`, the
+throttle-time Kafka's quota managers record.
 """
 
 from __future__ import annotations
@@ -24,8 +26,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from vdl.metrics.stages import STAGES
+
 # Buckets that have refilled completely are forgotten, so client ids do not pile up.
 _SWEEP_EVERY = 1024
+
+_PRODUCE_THROTTLE = STAGES.histogram("kafka_throttle_seconds", api="Produce")
+_FETCH_THROTTLE = STAGES.histogram("kafka_throttle_seconds", api="Fetch")
 
 
 @dataclass(slots=True)
@@ -114,11 +121,21 @@ class KafkaQuotas:
         return self.produce is not None or self.fetch is not None
 
     def record_produce(self, client_id: str, nbytes: int, now: float) -> int:
-        return 0 if self.produce is None else self.produce.record(client_id, nbytes, now)
+        if self.produce is None:
+            return 0
+        throttle_ms = self.produce.record(client_id, nbytes, now)
+        if throttle_ms:
+            _PRODUCE_THROTTLE.observe(throttle_ms / 1000)
+        return throttle_ms
 
     def admit_fetch(self, client_id: str, nbytes: int, now: float) -> int:
         """0: send the records; otherwise answer without them, with this throttle."""
-        return 0 if self.fetch is None else self.fetch.admit(client_id, nbytes, now)
+        if self.fetch is None:
+            return 0
+        throttle_ms = self.fetch.admit(client_id, nbytes, now)
+        if throttle_ms:
+            _FETCH_THROTTLE.observe(throttle_ms / 1000)
+        return throttle_ms
 
     def pause_s(self, client_id: str, now: float) -> float:
         """How long to stop reading from a connection of this client (the larger debt)."""

@@ -13,6 +13,7 @@ from vdl.net.kafka.apis.context import FETCH_MAX_BYTES, NodeInfo
 from vdl.net.kafka.connection import KafkaConnection
 from vdl.net.kafka.keepalive import DEFAULT_KEEPALIVE, KeepaliveTiming, enable_keepalive
 from vdl.net.kafka.quotas import KafkaQuotas
+from vdl.net.kafka.request_metrics import CONNECTIONS_ACCEPTED, CONNECTIONS_REFUSED
 from vdl.net.limits import ConnectionLimits, peer_host, refuse
 from vdl.net.listen import open_listeners
 from vdl.security.service import NO_SECURITY, Security
@@ -94,8 +95,10 @@ class KafkaServer:
                 continue
             host = peer_host(stream)
             if not self._limits.admit(host):
+                CONNECTIONS_REFUSED.inc()
                 await refuse(stream)
                 continue
+            CONNECTIONS_ACCEPTED.inc()
             nursery.start_soon(self._serve_counted, stream, host)
 
     async def _serve_counted(self, stream: trio.SocketStream, host: str) -> None:

@@ -7,6 +7,11 @@ kept in the MetaStore, so they survive a restart and cannot be forged without it
 lifetime is configurable (``token-lifetime-ms``, 12 h by default: the SDK refreshes its token
 every few minutes, but open streams only renew through UpdateTokenRequest, hourly). A stream
 whose token expires without renewal ends with UNAUTHORIZED (:class:`StreamAuth`).
+
+Refusals count in ``ydb_authentication_failures{reason}``: ``login`` for a Login with a
+wrong user or password, ``token`` for a call or stream whose token is missing, forged,
+expired (a stream's too) or of a user that no longer exists. ACL denials are not
+authentication failures and are not counted there.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 import trio
 
 from vdl.backends.api import MetaStore
+from vdl.metrics.stages import STAGES
 from vdl.net.grpc import ServerContext
 from vdl.net.ydb.operation import StatusIds, YdbError
 from vdl.net.ydb.protos import ydb_auth_pb2
@@ -58,6 +64,9 @@ TOKEN_LIFETIME_MS = 12 * 3600 * 1000
 _SECRET_KEY = b"ydb/auth/token-secret"
 # An expiring stream re-checks at least this often, in case its token was replaced.
 _EXPIRY_POLL_S = 60.0
+
+_LOGIN_FAILURES = STAGES.counter("ydb_authentication_failures", reason="login")
+_TOKEN_FAILURES = STAGES.counter("ydb_authentication_failures", reason="token")
 
 
 def load_users(path: Any) -> dict[str, User]:
@@ -178,13 +187,17 @@ class Authenticator:
         """Who the token belongs to (None when auth is off); raises YdbError UNAUTHORIZED."""
         if self.users is None:
             return None
-        if not token:
-            raise YdbError(
-                StatusIds.UNAUTHORIZED, f"authentication required ({AUTH_TICKET_HEADER})"
-            )
-        identity = self.signer.identify(token, self._clock_ms())
-        if identity.user not in self.users:
-            raise YdbError(StatusIds.UNAUTHORIZED, f"user {identity.user!r} no longer exists")
+        try:
+            if not token:
+                raise YdbError(
+                    StatusIds.UNAUTHORIZED, f"authentication required ({AUTH_TICKET_HEADER})"
+                )
+            identity = self.signer.identify(token, self._clock_ms())
+            if identity.user not in self.users:
+                raise YdbError(StatusIds.UNAUTHORIZED, f"user {identity.user!r} no longer exists")
+        except YdbError:
+            _TOKEN_FAILURES.inc()
+            raise
         return identity
 
     def check_token(self, token: str | None) -> str:
@@ -228,6 +241,7 @@ class Authenticator:
         return self.signer.issue(user, self._clock_ms(), self.token_lifetime_ms)
 
     def _refuse(self, user: str, peer: str) -> float:
+        _LOGIN_FAILURES.inc()
         delay = self.security.throttle.failed(host_of(peer), user) if peer else 0.0
         log.warning(
             "Login from %s failed for user %r%s",
@@ -267,6 +281,7 @@ class StreamAuth:
         identity = self._auth.identify(token)
         assert identity is not None
         if self.identity is not None and identity.user != self.identity.user:
+            _TOKEN_FAILURES.inc()
             raise YdbError(StatusIds.UNAUTHORIZED, "a stream cannot change its user")
         self.identity = identity
 
@@ -275,6 +290,7 @@ class StreamAuth:
         while self.identity is not None:
             left_ms = self.identity.expires_ms - self._auth.now_ms()
             if left_ms <= 0:
+                _TOKEN_FAILURES.inc()
                 raise YdbError(
                     StatusIds.UNAUTHORIZED, "auth token expired; renew it (UpdateTokenRequest)"
                 )

@@ -4,6 +4,10 @@ Every unary YDB response is ``{operation = 1}``; success or failure travels in
 ``Operation.status`` (400000-range codes) with human-readable ``issues``, and the gRPC call
 itself always ends OK. Handlers raise :class:`YdbError`; :func:`unary` turns that (and a
 returned result) into the envelope.
+
+So gRPC's own metrics see YDB failures as OK calls: every failure status sent (a unary
+envelope, or the in-band status a topic stream ends with) is counted in
+``ydb_request_errors{method,status}``, ``status`` being the ``StatusIds`` name.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from google.protobuf.message import Message
 from vdl.broker.topics import TopicError
 from vdl.log.error_codes import ErrorCode
 from vdl.log.stream import StreamError
+from vdl.metrics.stages import STAGES, Counter
 from vdl.net.grpc import GrpcServer, ServerContext
 from vdl.net.grpc.protobuf import decode, encode
 from vdl.net.grpc.server import Precheck
@@ -103,6 +108,19 @@ _FROM_BROKER: dict[ErrorCode, StatusIds] = {
 }
 
 
+_ERRORS: dict[tuple[str, StatusIds], Counter] = {}
+
+
+def count_error(method: str, status: StatusIds) -> None:
+    """Count a YDB failure status sent for a call of ``method`` (its gRPC path)."""
+    key = (method, status)
+    counter = _ERRORS.get(key)
+    if counter is None:
+        counter = STAGES.counter("ydb_request_errors", method=method, status=status.name)
+        _ERRORS[key] = counter
+    counter.inc()
+
+
 def status_for_broker_error(error: ErrorCode) -> StatusIds:
     return _FROM_BROKER.get(error, StatusIds.INTERNAL_ERROR)
 
@@ -151,9 +169,11 @@ def unary(
             result = await handler(request, context)
             op = operation(result=result)
         except YdbError as exc:
+            count_error(context.method, exc.status)
             op = operation(exc.status, exc.issues())
         except TopicError as exc:
             err = from_topic_error(exc)
+            count_error(context.method, err.status)
             op = operation(err.status, err.issues())
         response = response_type()
         response.operation.CopyFrom(op)
@@ -171,6 +191,7 @@ def refuse_early(response_type: type[Message], authorize: Authorize) -> Precheck
         try:
             authorize(context)
         except YdbError as exc:
+            count_error(context.method, exc.status)
             response = response_type()
             response.operation.CopyFrom(operation(exc.status, exc.issues()))
             return encode(response)

@@ -40,7 +40,14 @@ from vdl.net.grpc.protobuf import decode
 from vdl.net.ydb.auth import Authenticator, StreamAuth
 from vdl.net.ydb.commits import CommitTracker
 from vdl.net.ydb.offsets import ConsumerOffsets
-from vdl.net.ydb.operation import StatusIds, YdbError, as_ydb_error, leaf_error, wire
+from vdl.net.ydb.operation import (
+    StatusIds,
+    YdbError,
+    as_ydb_error,
+    count_error,
+    leaf_error,
+    wire,
+)
 from vdl.net.ydb.protos import ydb_topic_pb2
 from vdl.net.ydb.read_balancer import ReadCoordinator, Wanted
 from vdl.net.ydb.topic_admin import CODEC_RAW, TopicAdmin
@@ -182,6 +189,7 @@ class ReadSession:
                 if leaf is exc:
                     raise
                 raise leaf from None
+            count_error(self._context.method, error.status)
             reply = FromServer(status=wire(error.status))
             reply.issues.add(message=error.message, severity=1)
             await self._stream.send(reply.SerializeToString())

@@ -38,7 +38,14 @@ from vdl.net.grpc import ServerContext, ServerStream
 from vdl.net.grpc.protobuf import decode
 from vdl.net.ydb.auth import Authenticator, StreamAuth
 from vdl.net.ydb.cluster import YdbCluster
-from vdl.net.ydb.operation import StatusIds, YdbError, as_ydb_error, leaf_error, wire
+from vdl.net.ydb.operation import (
+    StatusIds,
+    YdbError,
+    as_ydb_error,
+    count_error,
+    leaf_error,
+    wire,
+)
 from vdl.net.ydb.protos import ydb_topic_pb2
 from vdl.net.ydb.topic_admin import CODEC_GZIP, CODEC_RAW, TopicAdmin
 from vdl.net.ydb.write_batch import PendingMessage, SessionBatchEncoder
@@ -165,6 +172,7 @@ class WriteSession:
                 if leaf is exc:
                     raise
                 raise leaf from None
+            count_error(self._context.method, error.status)
             await self._send_error(error.status, error.message)
 
     async def _send_error(self, status: StatusIds, message: str) -> None:

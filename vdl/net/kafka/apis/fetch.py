@@ -32,10 +32,14 @@ from vdl.net.kafka.fetch_codec import (
     decode_fetch_request,
     encode_fetch_response,
 )
+from vdl.net.kafka.request_metrics import api_metrics
+from vdl.net.kafka.versions import ApiKey
 from vdl.security.acl import Operation
 
 _Topics = list[tuple[str, list[FetchPartitionResult]]]
 READ_STEP = 1024 * 1024
+# Each partition's error in a response counts (kafka_request_errors, request_metrics.py).
+_METRICS = api_metrics(ApiKey.FETCH)
 
 
 def without_records(topics: _Topics) -> _Topics:
@@ -143,6 +147,11 @@ def handle_fetch(ctx: RequestContext) -> Pending:
             throttle_ms = ctx.quotas.admit_fetch(ctx.header.client_id or "", total, now)
             if throttle_ms > 0:
                 topics = without_records(topics)
+        if errors:
+            for _, results in topics:
+                for result in results:
+                    if result.error_code:
+                        _METRICS.error(result.error_code)
         return encode_fetch_response(version, correlation_id, throttle_ms, 0, 0, topics)
 
     return finish

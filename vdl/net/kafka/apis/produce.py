@@ -18,6 +18,8 @@ from vdl.net.kafka.produce_codec import (
     decode_produce_request,
     encode_produce_response,
 )
+from vdl.net.kafka.request_metrics import api_metrics
+from vdl.net.kafka.versions import ApiKey
 from vdl.security.acl import Operation
 
 ZSTD_MIN_PRODUCE_VERSION = 7
@@ -26,6 +28,8 @@ ZSTD_MIN_PRODUCE_VERSION = 7
 _DECODE = STAGES.histogram("kafka_produce_decode_seconds")
 _APPEND = STAGES.histogram("kafka_produce_append_seconds")
 _COMMIT_TO_RESPONSE = STAGES.histogram("kafka_produce_commit_to_response_seconds")
+# Each partition's error in a response counts (kafka_request_errors, request_metrics.py).
+_METRICS = api_metrics(ApiKey.PRODUCE)
 
 
 @dataclass(slots=True)
@@ -131,6 +135,8 @@ def _encode(
                 base_offset = slot.appended.base_offset
                 append_time = slot.appended.timestamp_ms
                 start = slot.stream.log_start_offset
+        if error != ErrorCode.NONE:
+            _METRICS.error(error)
         by_topic.setdefault(slot.topic, []).append(
             PartitionProduceResult(
                 index=slot.partition,

@@ -5,7 +5,8 @@ the Kafka-side I/O around it: decoding the two APIs, running PLAIN's slow passwo
 the password-check threads, holding back the answers to repeated failures (throttle.py),
 and framing the raw tokens that follow a v0 handshake. Until the exchange succeeds, only
 ApiVersions and the two SASL APIs are admitted; anything else closes the connection, as
-Kafka does.
+Kafka does. Every refused step counts in `kafka_authentication_failures` (Kafka's
+failed-authentication-total: a wrong password, an unsupported mechanism, a step out of order).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from vdl.log.error_codes import ErrorCode
 from vdl.net.kafka.apis.context import Pending, Response, ready
 from vdl.net.kafka.control_codec import decode_request, encode_response, make_response
 from vdl.net.kafka.header import RequestHeader
+from vdl.net.kafka.request_metrics import AUTHENTICATION_FAILURES
 from vdl.net.kafka.versions import ApiKey
 from vdl.security.acl import ANONYMOUS
 from vdl.security.sasl import (
@@ -92,6 +94,8 @@ class ConnectionAuth:
             except SaslError as exc:
                 error = exc.code
                 log.info("SASL handshake from %s refused: %s", self._peer, exc.message)
+        if error != ErrorCode.NONE:
+            AUTHENTICATION_FAILURES.inc()
         self._raw = header.api_version == 0 and error == ErrorCode.NONE
         mechanisms = list(self.sasl.mechanisms) if self.sasl is not None else []
         response = make_response(header, error_code=int(error), mechanisms=mechanisms)
@@ -111,6 +115,7 @@ class ConnectionAuth:
             return encode_response(header, response)
 
         if self.sasl is None or self._raw:
+            AUTHENTICATION_FAILURES.inc()
             if self.sasl is not None:
                 self.sasl.refuse("SaslAuthenticate after a v0 handshake")
             return ready(answer(ErrorCode.ILLEGAL_SASL_STATE, "unexpected SaslAuthenticate", b""))
@@ -163,6 +168,7 @@ class ConnectionAuth:
 
     def _failure(self, exc: SaslError, answer: _Answer) -> Pending:
         """The failure's answer; held back while this address and user keep failing."""
+        AUTHENTICATION_FAILURES.inc()
         user = self.sasl.user if self.sasl is not None else ""
         delay = 0.0
         if exc.code == ErrorCode.SASL_AUTHENTICATION_FAILED:
