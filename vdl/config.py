@@ -17,11 +17,11 @@ from typing import Any, get_args
 
 from vdl.backends.registry import LOG_BACKENDS, LogBackend
 from vdl.log.producer_state import PRODUCER_ID_EXPIRATION_MS
+from vdl.logs import LOG_FORMATS
 from vdl.net.kafka.keepalive import DEFAULT_KEEPALIVE
 
 # The Kafka SASL mechanisms a node can enable (vdl.security.sasl.MECHANISMS).
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-LOG_FORMATS = ("text", "json")
 
 
 class ConfigError(Exception):

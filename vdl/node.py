@@ -43,6 +43,7 @@ from vdl.consensus.peer_tls import PeerTls
 from vdl.groups.coordinator import GroupConfig
 from vdl.groups.service import GroupService
 from vdl.log.flusher import Flusher
+from vdl.logs import configure_logging
 from vdl.metrics.stages import SNAPSHOT_FILE, STAGES
 from vdl.net.grpc import GrpcServer, GrpcSettings
 from vdl.net.kafka.control_codec import warm_up
@@ -525,11 +526,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     except (ConfigError, TlsConfigError, UsersFileError) as exc:
         print(f"vdl-node: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
-    logging.basicConfig(
-        level=config.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(config.log_level, config.log_format)
     failure: StartupError | None = None
     try:
         trio.run(run_node, config)

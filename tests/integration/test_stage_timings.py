@@ -38,7 +38,6 @@ FOLLOWER_STAGES = (
 )
 
 
-
 def _preferred_leader(cluster: Cluster, timeout: float = 30.0) -> int:
     """The partition's leader once it is its preferred replica (leader balancing moves it
     there soon after the topic is created), so it leads for the whole test."""
