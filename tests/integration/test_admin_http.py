@@ -3,6 +3,7 @@ views, its defences against bad input and strangers, and a start on a taken port
 
 from __future__ import annotations
 
+import json
 import socket
 import ssl
 from pathlib import Path
@@ -183,3 +184,12 @@ def test_ready_is_503_until_the_metadata_group_has_a_leader(tmp_path: Path) -> N
     finally:
         for n in nodes.values():
             n.kill()
+
+
+def test_log_format_json_writes_one_object_a_line(tmp_path: Path) -> None:
+    with NodeProcess(tmp_path / "data", "--log-format", "json") as node:
+        assert get(node.admin_url + "/v1/status/live")[0] == 200
+    lines = [line for line in node.log().splitlines() if line.strip()]
+    records = [json.loads(line) for line in lines]
+    assert {"time", "level", "logger", "message"} <= records[0].keys()
+    assert any(r["logger"] == "vdl.node" and r["message"] == "stopped" for r in records)
