@@ -56,6 +56,14 @@ def test_metrics_and_views_follow_a_real_producer_and_consumer_group(node: NodeP
     # Produce requests were decoded and their batches synced to disk.
     decoded = "vdl_kafka_produce_decode_seconds_count"
     assert total(after, decoded) > total(before, decoded)
+    produce = {"api": "Produce"}
+    assert total(after, "vdl_kafka_requests_total", **produce) > total(
+        before, "vdl_kafka_requests_total", **produce
+    )
+    moved = total(after, "vdl_kafka_bytes_in_total") - total(before, "vdl_kafka_bytes_in_total")
+    assert moved > 200 * 100
+    appended = "vdl_log_appended_records_total"
+    assert total(after, appended) - total(before, appended) == 200
     synced = "vdl_storage_fdatasync_seconds_count"
     assert total(after, synced) > total(before, synced)
     # The event loop's lag is sampled every 0.1 s.

@@ -31,11 +31,15 @@ from vdl.log.producer_state import (
 from vdl.log.record_batch import BatchInfo, assign_offsets, parse_batch_header
 from vdl.log.timestamp_index import TimestampIndex, first_record_at
 from vdl.log.ydb_mapping import YdbProducerTable
+from vdl.metrics.stages import STAGES
 
 # The term written with every entry while a stream has a single replica; Raft starts here.
 SINGLE_NODE_TERM = 1
 # Kafka's producer.id.expiration.check.interval.ms: expiry is a sweep, not per append.
 _EXPIRY_CHECK_MS = 10 * 60 * 1000
+# Batches and records appended by the partitions this node leads (the node's metrics).
+_APPENDS = STAGES.counter("log_appended_batches")
+_APPENDED_RECORDS = STAGES.counter("log_appended_records")
 # A timestamp search reads the log in pieces of this size.
 _SEARCH_READ_BYTES = 64 * 1024
 
@@ -192,6 +196,8 @@ class LogStream:
         index = self._store.last_index() + 1
         self._store.append([Entry(SINGLE_NODE_TERM, index, EntryType.DATA, payload)])
         last = base + info.last_offset_delta
+        _APPENDS.inc()
+        _APPENDED_RECORDS.inc(info.last_offset_delta + 1)
         self._uncommitted.append((index, last + 1))
         if self._replicated:
             self._unsynced.append((index, last + 1))
