@@ -78,8 +78,9 @@ class Cluster:
         return [node.stop() for node in self.nodes.values()]
 
 
-def start_cluster(workdir: Path, tick_ms: int | None) -> Cluster:
-    """Three nodes on loopback; `tick_ms` None leaves the node's own default tick."""
+def start_cluster(workdir: Path, tick_ms: int | None, *node_args: str) -> Cluster:
+    """Three nodes on loopback; `tick_ms` None leaves the node's own default tick;
+    `node_args` go to every node."""
     raft = {i: free_port() for i in (1, 2, 3)}
     peers = ",".join(f"{i}=127.0.0.1:{p}" for i, p in raft.items())
     tick = [] if tick_ms is None else ["--raft-tick-ms", str(tick_ms)]
@@ -94,6 +95,7 @@ def start_cluster(workdir: Path, tick_ms: int | None) -> Cluster:
             *tick,
             "--log-level",
             "WARNING",
+            *node_args,
         )
         for i in raft
     }

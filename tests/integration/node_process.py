@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from vdl.metrics.stages import SNAPSHOT_FILE, Histogram, load_snapshot, merged
+
 # Below Linux's default ephemeral range (32768-60999): a port the kernel hands to some
 # outgoing client socket between our check and the node's bind would make the node fail
 # to start. Each test process starts at its own place so parallel runs rarely meet.
@@ -121,6 +123,20 @@ class NodeProcess:
                 if line.startswith("VmRSS:"):
                     return int(line.split()[1]) * 1024
         raise AssertionError("no VmRSS in /proc status")
+
+    def stage_snapshot(self, timeout: float = 10.0) -> tuple[dict[str, Histogram], dict[str, int]]:
+        """Ask the node for its stage histograms and counters (SIGUSR1, vdl/node.py) and read
+        them once written: the histograms merged by name, the counters by labelled name."""
+        assert self.process is not None
+        path = self.data_dir / SNAPSHOT_FILE
+        before = path.stat().st_mtime_ns if path.exists() else -1
+        os.kill(self.process.pid, signal.SIGUSR1)
+        deadline = time.monotonic() + timeout
+        while not (path.exists() and path.stat().st_mtime_ns != before):
+            assert time.monotonic() < deadline, f"no snapshot written to {path}"
+            time.sleep(0.05)
+        histograms, counters = load_snapshot(path)
+        return merged(histograms), counters
 
     def stop(self, timeout: float = 60.0) -> int:
         assert self.process is not None

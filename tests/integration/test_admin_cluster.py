@@ -9,7 +9,7 @@ import threading
 
 from confluent_kafka import KafkaError, Producer
 
-from tests.integration.admin_support import get, get_json, scrape, value, wait_for
+from tests.integration.admin_support import Samples, get, get_json, scrape, value, wait_for
 from tests.integration.cluster_support import Cluster
 
 TOPIC = "admin-lag"
@@ -47,13 +47,7 @@ def test_a_dead_follower_shows_as_lag_and_under_replication_until_it_is_back(
 
     def lagging() -> bool:
         samples = scrape(base)
-        lag = value(
-            samples,
-            "vdl_raft_follower_lag_entries",
-            group=_group(samples),
-            follower=str(follower),
-            **labels,
-        )
+        lag = _follower_lag(samples, follower)
         return (
             value(samples, "vdl_under_replicated_partitions") == 1
             and value(samples, "vdl_partition_in_sync_replicas", **labels) == 2
@@ -77,19 +71,18 @@ def test_a_dead_follower_shows_as_lag_and_under_replication_until_it_is_back(
 
     def caught_up() -> bool:
         samples = scrape(base)
-        lag = value(
-            samples,
-            "vdl_raft_follower_lag_entries",
-            group=_group(samples),
-            follower=str(follower),
-            **labels,
-        )
+        lag = _follower_lag(samples, follower)
         return value(samples, "vdl_under_replicated_partitions") == 0 and lag == 0
 
     wait_for(caught_up, timeout=60)
 
 
-def _group(samples: dict[tuple[str, frozenset[tuple[str, str]]], float]) -> str:
+def _follower_lag(samples: Samples, follower: int) -> float | None:
+    labels = {"group": _group(samples), "topic": TOPIC, "partition": "0"}
+    return value(samples, "vdl_raft_follower_lag_entries", follower=str(follower), **labels)
+
+
+def _group(samples: Samples) -> str:
     """The raft group id of the test's partition, as the metrics label it."""
     for name, labels in samples:
         lab = dict(labels)

@@ -3,10 +3,6 @@ producer and consumer, and grpcio calls, move the counters of their APIs and met
 
 from __future__ import annotations
 
-import os
-import signal
-import time
-
 import grpc
 import pytest
 
@@ -16,27 +12,10 @@ from tests.integration.kafka_clients import (
     confluent_produce,
 )
 from tests.integration.node_process import NodeProcess
-from vdl.metrics.stages import SNAPSHOT_FILE, Histogram, load_snapshot, merged
 from vdl.net.ydb.protos import ydb_discovery_pb2
 
 TOPIC = "metered"
 LIST_ENDPOINTS = "/Ydb.Discovery.V1.DiscoveryService/ListEndpoints"
-
-
-def _snapshot(
-    node: NodeProcess, timeout: float = 10.0
-) -> tuple[dict[str, Histogram], dict[str, int]]:
-    """Ask the node for its metrics (SIGUSR1) and read them once written."""
-    assert node.process is not None
-    path = node.data_dir / SNAPSHOT_FILE
-    before = path.stat().st_mtime_ns if path.exists() else -1
-    os.kill(node.process.pid, signal.SIGUSR1)
-    deadline = time.monotonic() + timeout
-    while not (path.exists() and path.stat().st_mtime_ns != before):
-        assert time.monotonic() < deadline, f"no snapshot written to {path}"
-        time.sleep(0.05)
-    histograms, counters = load_snapshot(path)
-    return merged(histograms), counters
 
 
 def test_kafka_and_grpc_requests_are_counted(node: NodeProcess) -> None:
@@ -58,7 +37,7 @@ def test_kafka_and_grpc_requests_are_counted(node: NodeProcess) -> None:
             nope(b"", timeout=10)
         assert failure.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
-    histograms, counters = _snapshot(node)
+    histograms, counters = node.stage_snapshot()
     for api in ("ApiVersions", "Metadata", "CreateTopics", "Produce", "Fetch"):
         assert counters.get(f"kafka_requests{{api={api}}}", 0) >= 1, api
         assert histograms[f"kafka_request_seconds{{api={api}}}"].count >= 1, api

@@ -4,15 +4,12 @@ in the follower stages (what they measure is never asserted: tests do not judge 
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 
 from confluent_kafka.admin import AdminClient
 
 from tests.integration.cluster_support import Cluster
 from tests.integration.kafka_clients import confluent_produce
-from tests.integration.node_process import NodeProcess
 from vdl.metrics.stages import SNAPSHOT_FILE, Histogram, load_snapshot, merged
 
 TOPIC = "timed"
@@ -52,19 +49,6 @@ def _preferred_leader(cluster: Cluster, timeout: float = 30.0) -> int:
         time.sleep(0.2)
 
 
-def _snapshot(node: NodeProcess, timeout: float = 10.0) -> dict[str, Histogram]:
-    """Ask the node for its timings (SIGUSR1) and read them once written."""
-    assert node.process is not None
-    path = node.data_dir / SNAPSHOT_FILE
-    before = path.stat().st_mtime_ns if path.exists() else -1
-    os.kill(node.process.pid, signal.SIGUSR1)
-    deadline = time.monotonic() + timeout
-    while not (path.exists() and path.stat().st_mtime_ns != before):
-        assert time.monotonic() < deadline, f"no timings written to {path}"
-        time.sleep(0.05)
-    return merged(load_snapshot(path)[0])
-
-
 def test_leader_and_follower_record_the_stages_of_acks_all_produces(cluster: Cluster) -> None:
     cluster.create_topic(TOPIC, 1)
     leader_id = _preferred_leader(cluster)
@@ -74,14 +58,14 @@ def test_leader_and_follower_record_the_stages_of_acks_all_produces(cluster: Clu
     assert len(acked[0]) == len(messages)
     assert cluster.wait_for_leader(TOPIC, 0) == leader_id
 
-    leader = _snapshot(cluster.nodes[leader_id])
+    leader = cluster.nodes[leader_id].stage_snapshot()[0]
     followers = [i for i in cluster.nodes if i != leader_id]
     for stage in LEADER_STAGES:
         assert stage in leader and leader[stage].count > 0, stage
     for peer in followers:
         stage = f"raft_append_round_trip_seconds{{peer={peer}}}"
         assert stage in leader and leader[stage].count > 0, stage
-    follower = _snapshot(cluster.nodes[followers[0]])
+    follower = cluster.nodes[followers[0]].stage_snapshot()[0]
     for stage in FOLLOWER_STAGES:
         assert stage in follower and follower[stage].count > 0, stage
     # Proposed and committed entries are timed on the leader only.
@@ -89,7 +73,7 @@ def test_leader_and_follower_record_the_stages_of_acks_all_produces(cluster: Clu
 
     # The signal costs the node nothing: it goes on serving, and counts keep growing.
     confluent_produce(cluster.bootstrap, TOPIC, messages[:5])
-    again = _snapshot(cluster.nodes[leader_id])
+    again = cluster.nodes[leader_id].stage_snapshot()[0]
     stage = "raft_propose_to_commit_seconds"
     assert again[stage].count > leader[stage].count
 

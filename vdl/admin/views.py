@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vdl.broker.broker import Broker
+from vdl.broker.topics import TopicError
 from vdl.cluster.manager import ClusterManager
 from vdl.consensus.driver import GroupStatus
 from vdl.groups.service import GroupService
@@ -221,8 +222,8 @@ class NodeView:
                 key = (topic.name, partition)
                 try:
                     stream = self.broker.stream(topic.name, partition)
-                except Exception:
-                    stream = None
+                except TopicError:
+                    stream = None  # no replica on this node
                 if cluster is not None:
                     state = cluster.partition_state(topic.name, partition)
                     leader, replicas, isr = state.leader, state.replicas, state.isr
