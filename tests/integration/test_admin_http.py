@@ -47,6 +47,7 @@ def test_metrics_and_views_follow_a_real_producer_and_consumer_group(node: NodeP
     assert value(after, "vdl_partition_high_watermark", **labels) == 200
     assert value(after, "vdl_partition_log_start_offset", **labels) == 0
     assert (value(after, "vdl_partition_size_bytes", **labels) or 0) > 200 * 100
+    assert value(after, "vdl_partition_segments", **labels) == 1
     group = {"group": "admin-g", **labels}
     assert value(after, "vdl_kafka_consumer_group_committed_offset", **group) == 60
     assert value(after, "vdl_kafka_consumer_group_lag", **group) == 140

@@ -238,6 +238,9 @@ class NodeCollector(Collector):
         size = GaugeMetricFamily(
             PREFIX + "partition_size_bytes", "Bytes of the partition's log on disk.", labels=labels
         )
+        segments = GaugeMetricFamily(
+            PREFIX + "partition_segments", "Segment files of the partition's log.", labels=labels
+        )
         isr = GaugeMetricFamily(
             PREFIX + "partition_in_sync_replicas",
             "In-sync replicas, on the partition's leader.",
@@ -260,13 +263,15 @@ class NodeCollector(Collector):
                 end.add_metric(key, row.log_end)
             if row.size_bytes is not None:
                 size.add_metric(key, row.size_bytes)
+            if row.segments is not None:
+                segments.add_metric(key, row.segments)
             if row.leads:
                 producers += row.producers or 0
                 led += 1
                 isr.add_metric(key, len(row.isr))
                 replicas.add_metric(key, len(row.replicas))
                 under += len(row.isr) < len(row.replicas)
-        yield from (hw, start, end, size, isr, replicas)
+        yield from (hw, start, end, size, segments, isr, replicas)
         yield GaugeMetricFamily(
             PREFIX + "partitions_hosted", "Partitions with a replica on this node.", value=hosted
         )

@@ -57,6 +57,7 @@ class PartitionRow:
     log_start: int | None
     log_end: int | None
     size_bytes: int | None
+    segments: int | None  # segment files of its log
     producers: int | None  # idempotent producers the partition tracks
     raft: GroupStatus | None
 
@@ -82,6 +83,7 @@ class PartitionRow:
             "high_watermark": self.high_watermark,
             "log_start": self.log_start,
             "size_bytes": self.size_bytes,
+            "segments": self.segments,
             "role": raft.role if raft is not None else ("leader" if self.hosted else "none"),
             "term": raft.term if raft is not None else None,
             "commit_index": raft.commit_index if raft is not None else None,
@@ -242,6 +244,7 @@ class NodeView:
                         log_start=stream.log_start_offset if stream is not None else None,
                         log_end=stream.log_end_offset if stream is not None else None,
                         size_bytes=stream.store.size_bytes() if stream is not None else None,
+                        segments=stream.store.segment_count() if stream is not None else None,
                         producers=len(stream.producers) if stream is not None else None,
                         raft=statuses.get(key),
                     )

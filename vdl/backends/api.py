@@ -261,6 +261,10 @@ class LogStore(Protocol):
         """Bytes of log data currently stored."""
         ...
 
+    def segment_count(self) -> int:
+        """Segment files the log occupies (0 for a backend that keeps no segment files)."""
+        ...
+
     def close(self) -> None: ...
 
 

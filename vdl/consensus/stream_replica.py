@@ -162,6 +162,9 @@ class StreamReplica:
     def size_bytes(self) -> int:
         return self._real.size_bytes()
 
+    def segment_count(self) -> int:
+        return self._real.segment_count()
+
     def close(self) -> None:
         self._real.close()
 

@@ -353,6 +353,9 @@ class RocksLogStore:
     def size_bytes(self) -> int:
         return self._size
 
+    def segment_count(self) -> int:
+        return 0  # entries live in RocksDB's own files
+
     def close(self) -> None:
         with self._lifecycle:
             db, self._db = self._db, None

@@ -553,6 +553,9 @@ class SegmentLogStore:
     def size_bytes(self) -> int:
         return self._size
 
+    def segment_count(self) -> int:
+        return len(self._segments)
+
     def close(self) -> None:
         if self._closed:
             return
