@@ -167,6 +167,7 @@ def test_with_users_the_admin_api_wants_a_user_allowed_to_describe_the_cluster(
         except OSError:
             answer = b""
         assert b"vdl_" not in answer
+        assert "TLS handshake from" in secure.node.log()
         samples = scrape(base, auth=("admin", PASSWORDS["admin"]), context=tls)
         assert value(samples, "vdl_node_ready") == 1
         assert "failed for user 'admin'" in secure.node.log()

@@ -140,7 +140,15 @@ class HttpServer:
             if self._ssl is not None:
                 tls = trio.SSLStream(stream, self._ssl, server_side=True)
                 with trio.move_on_after(self._request_timeout) as handshake:
-                    await tls.do_handshake()
+                    try:
+                        await tls.do_handshake()
+                    except trio.BrokenResourceError as exc:
+                        # Plain HTTP to a TLS port, an untrusted client certificate, ...
+                        reason = exc.__cause__ or exc
+                        log.info(
+                            "%s: TLS handshake from %s failed: %s", self._name, peer_text, reason
+                        )
+                        return
                 if handshake.cancelled_caught:
                     log.info("%s: TLS handshake from %s timed out", self._name, peer_text)
                     return
