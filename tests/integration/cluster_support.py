@@ -115,6 +115,23 @@ class Cluster:
         parts = md.topics[topic].partitions
         return {p: int(part.leader) for p, part in parts.items()}
 
+    def wait_for_preferred_leader(self, topic: str, partition: int = 0, timeout: float = 30) -> int:
+        """The partition's leader once it is its preferred replica (the first of its
+        replicas): leader balancing moves leadership there soon after the topic is created
+        and back after that node restarts, so this one leads for the rest of a test."""
+        deadline = time.monotonic() + timeout
+        while True:
+            admin = AdminClient({"bootstrap.servers": self.alive_bootstrap()})
+            try:
+                md = admin.list_topics(topic, timeout=5).topics.get(topic)
+            except KafkaException:
+                md = None
+            part = None if md is None else md.partitions.get(partition)
+            if part is not None and part.replicas and part.leader == part.replicas[0]:
+                return int(part.leader)
+            assert time.monotonic() < deadline, "the preferred replica does not lead"
+            time.sleep(0.2)
+
     def wait_for_leader(
         self, topic: str, partition: int, exclude: int | None = None, timeout: float = 60
     ) -> int:

@@ -26,7 +26,9 @@ def test_a_dead_follower_shows_as_lag_and_under_replication_until_it_is_back(
     cluster: Cluster,
 ) -> None:
     cluster.create_topic(TOPIC, 1)
-    leader = cluster.wait_for_leader(TOPIC, 0)
+    # The preferred replica leads for the whole test: another leader would hand it the
+    # partition (leader balancing), and the follower killed here would take it back.
+    leader = cluster.wait_for_preferred_leader(TOPIC)
     follower = next(i for i in cluster.nodes if i != leader)
     base = cluster.nodes[leader].admin_url
     labels = {"topic": TOPIC, "partition": "0"}
@@ -48,17 +50,23 @@ def test_a_dead_follower_shows_as_lag_and_under_replication_until_it_is_back(
     def lagging() -> bool:
         samples = scrape(base)
         lag = _follower_lag(samples, follower)
+        lag_bytes = _follower_lag(samples, follower, "bytes")
         return (
             value(samples, "vdl_under_replicated_partitions") == 1
             and value(samples, "vdl_partition_in_sync_replicas", **labels) == 2
             and lag is not None
             and lag > 0
+            # 50 records of 100 bytes at least are missing on the dead follower.
+            and lag_bytes is not None
+            and lag_bytes > 50 * 100
         )
 
     wait_for(lagging)
     _, view = get_json(base + "/v1/partitions")
     row = next(p for p in view["partitions"] if p["topic"] == TOPIC)
     assert follower not in row["isr"] and row["high_watermark"] == 70, row
+    behind = next(f for f in row["followers"] if f["node_id"] == follower)
+    assert behind["lag"] > 0 and behind["lag_bytes"] > 50 * 100, behind
 
     def seen_down() -> bool:
         _, nodes = get_json(base + "/v1/cluster")
@@ -72,14 +80,15 @@ def test_a_dead_follower_shows_as_lag_and_under_replication_until_it_is_back(
     def caught_up() -> bool:
         samples = scrape(base)
         lag = _follower_lag(samples, follower)
-        return value(samples, "vdl_under_replicated_partitions") == 0 and lag == 0
+        lag_bytes = _follower_lag(samples, follower, "bytes")
+        return value(samples, "vdl_under_replicated_partitions") == 0 and lag == lag_bytes == 0
 
     wait_for(caught_up, timeout=60)
 
 
-def _follower_lag(samples: Samples, follower: int) -> float | None:
+def _follower_lag(samples: Samples, follower: int, unit: str = "entries") -> float | None:
     labels = {"group": _group(samples), "topic": TOPIC, "partition": "0"}
-    return value(samples, "vdl_raft_follower_lag_entries", follower=str(follower), **labels)
+    return value(samples, f"vdl_raft_follower_lag_{unit}", follower=str(follower), **labels)
 
 
 def _group(samples: Samples) -> str:
@@ -93,7 +102,7 @@ def _group(samples: Samples) -> str:
 
 def test_a_draining_node_answers_503_on_ready(cluster: Cluster) -> None:
     cluster.create_topic(TOPIC, 1)
-    leader = cluster.wait_for_leader(TOPIC, 0)
+    leader = cluster.wait_for_preferred_leader(TOPIC)
     _produce(cluster.alive_bootstrap(), 5)
     others = [n for i, n in cluster.nodes.items() if i != leader]
     node = cluster.nodes[leader]

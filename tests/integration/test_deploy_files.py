@@ -262,7 +262,9 @@ def test_every_metric_the_dashboard_and_alerts_query_is_exposed(tmp_path: Path) 
     try:
         cluster.start()
         cluster.create_topic(TOPIC, 1)
-        leader = cluster.nodes[cluster.wait_for_leader(TOPIC, 0)]
+        # The preferred replica: leader balancing would move the partition (and the series
+        # only its leader reports) to it otherwise.
+        leader = cluster.nodes[cluster.wait_for_preferred_leader(TOPIC)]
 
         producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
         for i in range(5):

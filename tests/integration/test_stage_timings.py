@@ -4,10 +4,6 @@ in the follower stages (what they measure is never asserted: tests do not judge 
 
 from __future__ import annotations
 
-import time
-
-from confluent_kafka.admin import AdminClient
-
 from tests.integration.cluster_support import Cluster
 from tests.integration.kafka_clients import confluent_produce
 from vdl.metrics.stages import SNAPSHOT_FILE, Histogram, load_snapshot, merged
@@ -35,23 +31,9 @@ FOLLOWER_STAGES = (
 )
 
 
-def _preferred_leader(cluster: Cluster, timeout: float = 30.0) -> int:
-    """The partition's leader once it is its preferred replica (leader balancing moves it
-    there soon after the topic is created), so it leads for the whole test."""
-    deadline = time.monotonic() + timeout
-    while True:
-        admin = AdminClient({"bootstrap.servers": cluster.alive_bootstrap()})
-        topic = admin.list_topics(TOPIC, timeout=5).topics.get(TOPIC)
-        part = None if topic is None else topic.partitions.get(0)
-        if part is not None and part.replicas and part.leader == part.replicas[0]:
-            return int(part.leader)
-        assert time.monotonic() < deadline, "the preferred replica does not lead"
-        time.sleep(0.2)
-
-
 def test_leader_and_follower_record_the_stages_of_acks_all_produces(cluster: Cluster) -> None:
     cluster.create_topic(TOPIC, 1)
-    leader_id = _preferred_leader(cluster)
+    leader_id = cluster.wait_for_preferred_leader(TOPIC)
     messages = [(b"k%d" % i, b"v" * 100) for i in range(40)]
     # One message per request, so every request goes through every stage.
     acked = confluent_produce(cluster.bootstrap, TOPIC, messages, **{"linger.ms": 0})

@@ -197,6 +197,11 @@ class NodeCollector(Collector):
             "Entries a follower lacks of the leader's log.",
             labels=[*labels, "follower"],
         )
+        lag_bytes = GaugeMetricFamily(
+            PREFIX + "raft_follower_lag_bytes",
+            "Bytes of the leader's log a follower lacks (segment store).",
+            labels=[*labels, "follower"],
+        )
         groups = [(("0", "", ""), cluster.metadata_status())]
         for (topic, partition), status in sorted(cluster.partition_statuses().items()):
             groups.append(((str(status.group_id), topic, str(partition)), status))
@@ -213,7 +218,10 @@ class NodeCollector(Collector):
             for follower, m in sorted(status.match.items()):
                 match.add_metric([*key, str(follower)], m)
                 lag.add_metric([*key, str(follower)], max(0, status.last_index - m))
-        yield from (role, term, leader, commit, applied, last, match, lag)
+                behind = status.lag_bytes.get(follower)
+                if behind is not None:
+                    lag_bytes.add_metric([*key, str(follower)], behind)
+        yield from (role, term, leader, commit, applied, last, match, lag, lag_bytes)
         yield GaugeMetricFamily(
             PREFIX + "raft_groups_quiesced",
             "Raft groups of this node asleep (no ticks, no heartbeats).",

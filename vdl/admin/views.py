@@ -65,12 +65,15 @@ class PartitionRow:
     def leads(self) -> bool:
         return self.raft.role == "leader" if self.raft is not None else self.hosted
 
-    def follower_lag(self) -> list[tuple[int, int, int]]:
-        """(follower, match index, lag in entries) while this node leads the group."""
+    def follower_lag(self) -> list[tuple[int, int, int, int | None]]:
+        """(follower, match index, lag in entries, lag in bytes) while this node leads."""
         raft = self.raft
         if raft is None or raft.role != "leader":
             return []
-        return [(n, m, max(0, raft.last_index - m)) for n, m in sorted(raft.match.items())]
+        return [
+            (n, m, max(0, raft.last_index - m), raft.lag_bytes.get(n))
+            for n, m in sorted(raft.match.items())
+        ]
 
     def to_json(self) -> Json:
         raft = self.raft
@@ -88,7 +91,8 @@ class PartitionRow:
             "term": raft.term if raft is not None else None,
             "commit_index": raft.commit_index if raft is not None else None,
             "followers": [
-                {"node_id": n, "match_index": m, "lag": lag} for n, m, lag in self.follower_lag()
+                {"node_id": n, "match_index": m, "lag": lag, "lag_bytes": lag_bytes}
+                for n, m, lag, lag_bytes in self.follower_lag()
             ],
         }
 

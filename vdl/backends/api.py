@@ -265,6 +265,11 @@ class LogStore(Protocol):
         """Segment files the log occupies (0 for a backend that keeps no segment files)."""
         ...
 
+    def bytes_after(self, index: int) -> int | None:
+        """Bytes of the stored entries after `index`: what a follower whose log matches up
+        to `index` still lacks. None where the backend cannot tell without reading them."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -105,8 +105,10 @@ class GroupStatus:
     last_index: int
     quiesced: bool
     voters: frozenset[int]
-    # While leader: each follower's match index (its log agrees with ours up to it).
+    # While leader: each follower's match index (its log agrees with ours up to it), and
+    # the bytes of our log after it (None where the store cannot tell).
     match: dict[int, int]
+    lag_bytes: dict[int, int | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -395,6 +397,9 @@ class GroupDriver:
     def status(self) -> GroupStatus:
         core = self.core
         leader = core.role is Role.LEADER
+        match = (
+            {n: pr.match for n, pr in core.progress.items() if n != self.node_id} if leader else {}
+        )
         return GroupStatus(
             group_id=self.group_id,
             role=core.role.value,
@@ -405,11 +410,8 @@ class GroupDriver:
             last_index=core.log.last_index(),
             quiesced=core.quiesced,
             voters=core.config.voters,
-            match=(
-                {n: pr.match for n, pr in core.progress.items() if n != self.node_id}
-                if leader
-                else {}
-            ),
+            match=match,
+            lag_bytes={n: self._store.bytes_after(m) for n, m in match.items()},
         )
 
     def in_contact(self) -> frozenset[int]:

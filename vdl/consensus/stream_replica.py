@@ -165,6 +165,9 @@ class StreamReplica:
     def segment_count(self) -> int:
         return self._real.segment_count()
 
+    def bytes_after(self, index: int) -> int | None:
+        return self._real.bytes_after(index)
+
     def close(self) -> None:
         self._real.close()
 

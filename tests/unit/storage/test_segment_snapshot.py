@@ -13,6 +13,7 @@ from tests.unit.storage.log_helpers import LogWriter, same_entries
 from tests.unit.storage.snapshot_copy import copy_log
 from vdl.backends.api import CorruptionError, Entry, LogRetention, LogStoreOptions, StorageError
 from vdl.backends.segment import log_swap
+from vdl.backends.segment.entry_codec import HEADER_SIZE
 from vdl.backends.segment.staging import SegmentStaging
 from vdl.backends.segment.store import SegmentLogStore
 
@@ -251,3 +252,15 @@ def test_entries_alone_are_staged_in_segments_of_the_store_size(stores: Stores) 
     first = leader.first_index()
     assert same_entries(follower.entries(first, upto + 1), leader.entries(first, upto + 1))
     assert follower.next_offset() == leader.next_offset()
+
+
+def test_bytes_after_an_index_counts_the_entries_a_follower_lacks(stores: Stores) -> None:
+    store = stores.open("lag")
+    entries = LogWriter(store, term=2).data(n=40, value_size=100)
+    assert store.segment_count() > 2  # the sum crosses segments
+    on_disk = [HEADER_SIZE + len(e.payload) for e in entries]
+    for index in (0, 1, 7, 19, 20, 39):
+        assert store.bytes_after(index) == sum(on_disk[index:]), index
+    assert store.bytes_after(40) == 0
+    assert store.bytes_after(1000) == 0
+    assert store.bytes_after(0) == store.size_bytes()

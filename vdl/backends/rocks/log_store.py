@@ -356,6 +356,9 @@ class RocksLogStore:
     def segment_count(self) -> int:
         return 0  # entries live in RocksDB's own files
 
+    def bytes_after(self, index: int) -> int | None:
+        return None  # only by reading the entries' values
+
     def close(self) -> None:
         with self._lifecycle:
             db, self._db = self._db, None

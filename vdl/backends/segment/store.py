@@ -556,6 +556,21 @@ class SegmentLogStore:
     def segment_count(self) -> int:
         return len(self._segments)
 
+    def bytes_after(self, index: int) -> int | None:
+        # Arithmetic on the raft index: the entry's position in its segment, and the sizes
+        # of the segments after it (entry headers included: the bytes on disk).
+        self._live()
+        start = max(index + 1, self.first_index())
+        if start > self.last_index():
+            return 0
+        segments = self._segments
+        number = segments.number_holding_index(start)
+        holding = segments[number]
+        total = holding.size - holding.raft.position(start)
+        for later in range(number + 1, len(segments)):
+            total += segments[later].size
+        return total
+
     def close(self) -> None:
         if self._closed:
             return
