@@ -32,7 +32,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from vdl.admin.views import NodeView
+from vdl.admin.views import NodeView, Statuses
 from vdl.metrics.stages import STAGES, Histogram, StageRegistry
 
 PREFIX = "vdl_"
@@ -114,12 +114,15 @@ class NodeCollector(Collector):
         self._stages = stages
 
     def collect(self) -> Iterator[Metric]:
+        # Every group's state once per scrape: readiness, the Raft series and the
+        # partition rows all read it.
+        statuses = self._view.statuses()
         yield from stage_families(self._stages)
-        yield from self._node()
-        yield from self._raft()
-        yield from self._partitions_and_groups()
+        yield from self._node(statuses)
+        yield from self._raft(statuses)
+        yield from self._partitions_and_groups(statuses)
 
-    def _node(self) -> Iterator[Metric]:
+    def _node(self, statuses: Statuses) -> Iterator[Metric]:
         view = self._view
         info = GaugeMetricFamily(
             PREFIX + "node_info",
@@ -128,7 +131,7 @@ class NodeCollector(Collector):
         )
         info.add_metric([str(view.node_id), view.cluster_id, platform.python_version()], 1)
         yield info
-        ready = view.readiness()
+        ready = view.readiness(statuses)
         yield GaugeMetricFamily(
             PREFIX + "node_ready", "1 while /v1/status/ready answers 200.", value=int(ready.ready)
         )
@@ -166,7 +169,7 @@ class NodeCollector(Collector):
             nodes.add_metric([state], count)
         yield nodes
 
-    def _raft(self) -> Iterator[Metric]:
+    def _raft(self, statuses: Statuses) -> Iterator[Metric]:
         cluster = self._view.cluster
         if cluster is None:
             return
@@ -203,7 +206,7 @@ class NodeCollector(Collector):
             labels=[*labels, "follower"],
         )
         groups = [(("0", "", ""), cluster.metadata_status())]
-        for (topic, partition), status in sorted(cluster.partition_statuses().items()):
+        for (topic, partition), status in sorted(statuses.items()):
             groups.append(((str(status.group_id), topic, str(partition)), status))
         quiesced = 0
         for values, status in groups:
@@ -228,9 +231,9 @@ class NodeCollector(Collector):
             value=quiesced,
         )
 
-    def _partitions_and_groups(self) -> Iterator[Metric]:
+    def _partitions_and_groups(self, statuses: Statuses) -> Iterator[Metric]:
         view = self._view
-        rows = view.partitions()
+        rows = view.partitions(statuses)
         labels = ["topic", "partition"]
         hw = GaugeMetricFamily(
             PREFIX + "partition_high_watermark",

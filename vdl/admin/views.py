@@ -32,6 +32,8 @@ from vdl.groups.service import GroupService
 from vdl.net.limits import ConnectionLimits
 
 Json = dict[str, Any]
+# The Raft state of the partition groups a node hosts, read once per request or scrape.
+Statuses = dict[tuple[str, int], GroupStatus]
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +155,10 @@ class NodeView:
 
     # -- readiness ----------------------------------------------------------------------
 
-    def readiness(self) -> Readiness:
+    def statuses(self) -> Statuses:
+        return self.cluster.partition_statuses() if self.cluster is not None else {}
+
+    def readiness(self, statuses: Statuses | None = None) -> Readiness:
         if self.draining:
             return Readiness(False, "draining: the node is shutting down")
         if not self.serving:
@@ -171,7 +176,9 @@ class NodeView:
             )
         behind = [
             f"{topic}-{partition}"
-            for (topic, partition), status in cluster.partition_statuses().items()
+            for (topic, partition), status in (
+                self.statuses() if statuses is None else statuses
+            ).items()
             if status.role == "leader" and status.applied_index < status.commit_index
         ]
         if behind:
@@ -219,9 +226,10 @@ class NodeView:
             "nodes": self.nodes(),
         }
 
-    def partitions(self) -> list[PartitionRow]:
+    def partitions(self, statuses: Statuses | None = None) -> list[PartitionRow]:
         cluster = self.cluster
-        statuses = cluster.partition_statuses() if cluster is not None else {}
+        if statuses is None:
+            statuses = self.statuses()
         rows = []
         for topic in sorted(self.broker.catalog.all(), key=lambda t: t.name):
             for partition in range(topic.partitions):
