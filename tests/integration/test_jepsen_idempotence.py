@@ -22,7 +22,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from kafka import KafkaProducer
 
 from tests.integration.cluster_support import Cluster
@@ -140,15 +140,27 @@ def _nemesis(cluster: Cluster, until: float, rng: random.Random, log: list[str])
         partition += 1
 
 
+def _high_watermark(consumer: Consumer, partition: int, timeout: float = 60) -> int:
+    """The partition's high watermark, asked again while the cluster settles after the
+    chaos: librdkafka answers at once with _UNKNOWN_PARTITION (or a leader error) while
+    the metadata it holds has no leader for the partition, as during the leader transfer
+    back to a restarted preferred replica."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return int(consumer.get_watermark_offsets(TopicPartition(TOPIC, partition), 30)[1])
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def _read_everything(bootstrap: str) -> dict[int, list[tuple[int, bytes]]]:
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": "jepsen-check", "enable.auto.commit": False}
     )
     try:
-        ends = {
-            p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=30)[1]
-            for p in range(PARTITIONS)
-        }
+        ends = {p: _high_watermark(consumer, p) for p in range(PARTITIONS)}
         consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
         read: dict[int, list[tuple[int, bytes]]] = defaultdict(list)
         deadline = time.monotonic() + 120
