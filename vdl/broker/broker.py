@@ -27,6 +27,7 @@ from vdl.broker.topics import (
     validate_topic_name,
 )
 from vdl.groups.service import GroupService
+from vdl.log.appender import AppenderFactory, LocalAppender
 from vdl.log.error_codes import ErrorCode
 from vdl.log.flusher import Flusher
 from vdl.log.producer_state import PRODUCER_ID_EXPIRATION_MS
@@ -114,9 +115,16 @@ class Broker:
                 topic, partition, self._stream_dir(topic.name, partition)
             )
 
-    def open_partition_stream(self, topic: Topic, partition: int, directory: Path) -> LogStream:
+    def open_partition_stream(
+        self,
+        topic: Topic,
+        partition: int,
+        directory: Path,
+        appender: AppenderFactory | None = None,
+    ) -> LogStream:
         """Open (creating if needed) one partition's store in `directory` as a stream,
-        without registering it (see add_stream)."""
+        without registering it (see add_stream). Its appends go to `appender` (a Raft
+        group's), or to the store and this node's flusher."""
         retention_ms = int(self.topic_config(topic, "retention.ms"))
         retention_bytes = int(self.topic_config(topic, "retention.bytes"))
         options = LogStoreOptions(
@@ -132,7 +140,7 @@ class Broker:
         return LogStream(
             f"{topic.name}-{partition}",
             store,
-            self._flusher,
+            appender or LocalAppender.factory(self._flusher),
             self._clock_ms,
             log_append_time=append_time,
             producer_expiry_ms=self._producer_id_expiration_ms,

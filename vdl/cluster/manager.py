@@ -3,7 +3,7 @@ the partition groups placed on this node.
 
 Group 0 runs on the initial peers and holds topics, their partition -> replicas placement
 and the nodes' client addresses. Applying its log starts and stops partition groups here:
-a partition whose replica list names this node gets a stream, a `StreamReplica` and a
+a partition whose replica list names this node gets a stream with a Raft appender and a
 `GroupDriver` in this manager's nursery. Every node registers its Kafka and gRPC
 addresses through group 0 (forwarding the command to its leader when it does not lead),
 and gossips which partition groups it leads (`leader_gossip.py`), so it can name the
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import trio
 
-from vdl.backends.api import LogStoreOptions, MetaStore
+from vdl.backends.api import LogStore, LogStoreOptions, MetaStore
 from vdl.backends.registry import LogBackend, open_log_store
 from vdl.broker.broker import MAX_PARTITIONS, Broker
 from vdl.broker.cluster_view import BrokerAddress, PartitionState
@@ -53,7 +53,7 @@ from vdl.consensus.options import RaftOptions
 from vdl.consensus.peer_tls import PeerTls
 from vdl.consensus.router import GroupRouter
 from vdl.consensus.snapshot_transfer import delete_snapshot_meta
-from vdl.consensus.stream_replica import StreamReplica, restart_commit_index
+from vdl.consensus.stream_replica import StreamMachine, raft_appender
 from vdl.consensus.transport import RaftTransport, send_admin_command
 from vdl.log.error_codes import ErrorCode
 from vdl.log.flusher import Flusher
@@ -455,24 +455,29 @@ class ClusterManager:
     ) -> None:
         assert self._nursery is not None
         directory = self.settings.data_dir / "replicated" / f"g{group_id}-{topic.name}-{partition}"
-        stream = self._broker.open_partition_stream(topic, partition, directory)
-        replica = StreamReplica(stream, group_id)
-        commit = restart_commit_index(self._meta, group_id, stream.store)
-        driver = GroupDriver(
-            group_id,
-            self.settings.node_id,
-            frozenset(replicas),
-            stream.store,
-            self._meta,
-            self._flusher,
-            self.transport,
-            replica,
-            options=self._driver_options,
-            applied=commit,
-            fetch_snapshot=self.transport.fetch_snapshot,
-            clock=self.clock,
-        )
-        replica.start(driver, commit)
+        drivers: list[GroupDriver] = []
+
+        def build_driver(store: LogStore, machine: StreamMachine, applied: int) -> GroupDriver:
+            driver = GroupDriver(
+                group_id,
+                self.settings.node_id,
+                frozenset(replicas),
+                store,
+                self._meta,
+                self._flusher,
+                self.transport,
+                machine,
+                options=self._driver_options,
+                applied=applied,
+                fetch_snapshot=self.transport.fetch_snapshot,
+                clock=self.clock,
+            )
+            drivers.append(driver)
+            return driver
+
+        appender = raft_appender(build_driver, self._meta, group_id)
+        stream = self._broker.open_partition_stream(topic, partition, directory, appender)
+        (driver,) = drivers
         hosted = _Hosted(group_id, directory, stream, driver, trio.CancelScope(), trio.Event())
         self._hosted[(topic.name, partition)] = hosted
         self.router.add(group_id, driver)

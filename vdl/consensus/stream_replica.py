@@ -1,71 +1,58 @@
-"""A log stream served by a Raft group: the seam between `LogStream` and `GroupDriver`.
+"""A log stream served by a Raft group: the Raft side of the stream's appender seam.
 
-`StreamReplica` plays two parts:
-- the stream's `LogStore`: reads go to the real store; `append` proposes the batch to the
-  group (leader only) instead of writing it, and `next_offset`/`last_index` include the
-  proposals still in flight, so the stream assigns the next batch its offsets and raft
-  index at once, exactly as on one node;
-- the driver's `StateMachine`: entries a leader sent are announced to the stream (offsets,
-  producer state), truncations reset the offset counter and fail the waiters of the lost
-  entries, and applied entries move the stream's high watermark (the commit point).
+Two small parts, built together by `raft_appender` when the stream is built:
+- `StreamMachine`, the group driver's `StateMachine`: entries a leader sent are announced
+  to the stream (offsets, producer state), truncations reset the offset counter and fail
+  the waiters of the lost entries, durable entries wake Kafka acks=1 writers, and applied
+  entries move the stream's high watermark (the commit point). It also keeps the offset the
+  next batch starts at, which counts the proposals not yet written.
+- `RaftAppender`, the stream's `Appender`: a batch is proposed to the group (leader only),
+  stamped with the leader's term as its partitionLeaderEpoch; retention is the driver's
+  compaction.
 
-The driver writes the store and decides durability; the flusher still calls the stream's
-`on_durable`, which ignores it once the stream is replicated.
+The driver owns the store's writes and syncs; the stream reads the store directly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from vdl.backends.api import (
-    Buffer,
-    ClosedSegments,
-    Entry,
-    EntryType,
-    LogStore,
-    MetaStore,
-    SnapshotStaging,
-    StorageError,
-    batch_offsets,
-)
+from vdl.backends.api import Buffer, Entry, EntryType, LogStore, MetaStore, batch_offsets
 from vdl.consensus.errors import NotLeader, ProposalDropped
 from vdl.consensus.hard_state_store import load_hard_state
 from vdl.consensus.snapshot_transfer import load_snapshot_meta
+from vdl.log.appender import Appender, AppenderFactory, StreamEvents
 from vdl.log.error_codes import ErrorCode
-from vdl.log.stream import LogStream, StreamError
+from vdl.log.stream import StreamError
 from vdl.metrics.stages import STAGES, IndexTimer
 
 _PROPOSE_TO_COMMIT = STAGES.histogram("raft_propose_to_commit_seconds")
 
 
-class StreamReplica:
-    def __init__(self, stream: LogStream, group_id: int) -> None:
-        self.stream = stream
-        self.group_id = group_id
-        self._real = stream.store
-        self._next_offset = self._real.next_offset()
-        self._driver: _Proposer | None = None
-        self.leader_id = 0
-        self.term = 0
+class StreamMachine:
+    """The driver's state machine for one stream (a `StateMachine` that `AppliesByIndex`)."""
+
+    def __init__(self, events: StreamEvents, store: LogStore) -> None:
+        self._events = events
+        self._store = store
+        self.next_offset = store.next_offset()
         self._proposed = IndexTimer(_PROPOSE_TO_COMMIT)
 
-    def start(self, driver: _Proposer, commit_index: int) -> None:
-        """Hand the stream over to `driver` (built with applied=commit_index)."""
-        self._driver = driver
-        self.stream.attach_replication(self, commit_index)
-
-    # ---- StateMachine ----------------------------------------------------------------
+    def proposed(self, index: int, next_offset: int) -> None:
+        """This node proposed the batch at raft `index`, ending before `next_offset`."""
+        self._proposed.start(index)
+        self.next_offset = next_offset
 
     def on_written(self, entries: Sequence[Entry]) -> None:
         for entry in entries:
             if entry.type == EntryType.DATA:
-                self._next_offset = batch_offsets(entry.payload)[1] + 1
-                self.stream.on_replicated(entry.index, entry.payload)
+                self.next_offset = batch_offsets(entry.payload)[1] + 1
+                self._events.on_replicated(entry.index, entry.payload)
 
     def on_truncated(self, from_index: int) -> None:
         self._proposed.drop_from(from_index)
-        self._next_offset = self.stream.on_truncated(from_index)
+        self.next_offset = self._events.on_truncated(from_index)
 
     def apply(self, entries: Sequence[Entry]) -> None:
         self.apply_to(entries[-1].index)
@@ -73,113 +60,81 @@ class StreamReplica:
     def apply_to(self, index: int) -> None:
         # The stream knows its entries already: the driver need not read them back.
         self._proposed.stop_upto(index)
-        self.stream.on_commit(index)
+        self._events.on_commit(index)
 
     def on_role_change(self, leader_id: int, term: int, is_leader: bool) -> None:
-        self.leader_id = leader_id
-        self.term = term
+        pass
 
     def on_persisted(self, index: int) -> None:
-        self.stream.on_local_durable(index)
+        self._events.on_local_durable(index)
 
     def on_restored(self, index: int) -> None:
-        self._next_offset = self._real.next_offset()
-        self.stream.on_restored(index)
+        self.next_offset = self._store.next_offset()
+        self._events.on_restored(index)
 
-    # ---- LogStore, as the stream sees it -----------------------------------------------
 
-    def append(self, entries: Sequence[Entry]) -> None:
-        driver = self._driver
-        if driver is None:
-            raise StreamError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "replica not started")
-        if len(entries) != 1 or entries[0].type != EntryType.DATA:
-            raise StorageError("a replicated stream appends one data entry at a time")
-        entry = entries[0]
+class Proposer(Protocol):
+    """What the appender needs from its group's driver (a `GroupDriver`)."""
+
+    def propose(self, payloads: Sequence[Buffer]) -> tuple[int, int]: ...
+
+    @property
+    def term(self) -> int: ...
+
+    def compact(self, now_ms: int) -> int: ...
+
+
+class RaftAppender:
+    def __init__(self, driver: Proposer, machine: StreamMachine, commit_index: int) -> None:
+        self._driver = driver
+        self._machine = machine
+        self._commit_index = commit_index
+
+    def initial_commit_index(self) -> int:
+        return self._commit_index
+
+    def next_offset(self) -> int:
+        return self._machine.next_offset
+
+    def term(self) -> int:
+        # The entry is proposed at once, in the term the leader is in now (Kafka's
+        # partitionLeaderEpoch is the leader's epoch; a Raft term is one).
+        return self._driver.term
+
+    def append(self, payload: Buffer, next_offset: int) -> int:
         try:
-            first, _ = driver.propose([entry.payload])
+            index, _ = self._driver.propose([payload])
         except NotLeader as exc:
             raise StreamError(ErrorCode.NOT_LEADER_OR_FOLLOWER, str(exc)) from None
         except ProposalDropped as exc:
             raise StreamError(ErrorCode.NOT_ENOUGH_REPLICAS, str(exc)) from None
-        if first != entry.index:
-            raise StorageError(f"proposal got index {first}, stream expected {entry.index}")
-        self._proposed.start(first)
-        self._next_offset = batch_offsets(entry.payload)[1] + 1
+        self._machine.proposed(index, next_offset)
+        return index
 
-    def last_index(self) -> int:
-        driver = self._driver
-        return self._real.last_index() if driver is None else driver.next_index() - 1
-
-    def next_offset(self) -> int:
-        return self._next_offset
-
-    def first_index(self) -> int:
-        return self._real.first_index()
-
-    def term_at(self, index: int) -> int:
-        return self._real.term_at(index)
-
-    def truncate_suffix(self, from_index: int) -> None:
-        raise StorageError("the group driver truncates a replicated stream")
-
-    def entries(self, lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
-        return self._real.entries(lo, hi, max_bytes)
-
-    def first_offset(self) -> int:
-        return self._real.first_offset()
-
-    def index_of_offset(self, offset: int) -> int | None:
-        return self._real.index_of_offset(offset)
-
-    def read_batches(self, offset: int, max_bytes: int, max_index: int) -> list[Buffer]:
-        # Never past what is stored: proposals in flight are not in the store yet.
-        return self._real.read_batches(offset, max_bytes, min(max_index, self._real.last_index()))
-
-    def data_headers(self) -> Iterator[tuple[int, bytes]]:
-        return self._real.data_headers()
-
-    def sync(self) -> None:
-        """Durability is the driver's (it registers itself with the flusher)."""
-
-    def apply_retention(self, now_ms: int, keep_from: int | None = None) -> int:
+    def apply_retention(self, now_ms: int) -> int:
         # The driver keeps what is not applied, and a follower that needs what is gone
         # gets a snapshot.
-        driver = self._driver
-        return 0 if driver is None else driver.compact(now_ms)
+        return self._driver.compact(now_ms)
 
-    def reset(self, first_index: int, first_offset: int) -> None:
-        raise StorageError("the group driver installs snapshots of a replicated stream")
-
-    def closed_segments(self, upto: int) -> ClosedSegments:
-        return self._real.closed_segments(upto)
-
-    def stage_snapshot(self) -> SnapshotStaging:
-        raise StorageError("the group driver installs snapshots of a replicated stream")
-
-    def install_snapshot(self, staging: SnapshotStaging) -> None:
-        raise StorageError("the group driver installs snapshots of a replicated stream")
-
-    def size_bytes(self) -> int:
-        return self._real.size_bytes()
-
-    def segment_count(self) -> int:
-        return self._real.segment_count()
-
-    def bytes_after(self, index: int) -> int | None:
-        return self._real.bytes_after(index)
-
-    def close(self) -> None:
-        self._real.close()
+    async def close(self) -> None:
+        """The driver is closed by whoever runs it; the flusher knows only the driver."""
 
 
-class _Proposer(Protocol):
-    """What the replica needs from its driver (a GroupDriver)."""
+def raft_appender(
+    build_driver: Callable[[LogStore, StreamMachine, int], Proposer],
+    meta: MetaStore,
+    group_id: int,
+) -> AppenderFactory:
+    """A stream's appender factory for Raft group `group_id`: `build_driver(store, machine,
+    applied)` builds the group's driver over the stream's store, to drive `machine`, from
+    the restart commit point `applied`."""
 
-    def propose(self, payloads: Sequence[Buffer]) -> tuple[int, int]: ...
+    def build(store: LogStore, events: StreamEvents) -> Appender:
+        commit = restart_commit_index(meta, group_id, store)
+        machine = StreamMachine(events, store)
+        return RaftAppender(build_driver(store, machine, commit), machine, commit)
 
-    def next_index(self) -> int: ...
-
-    def compact(self, now_ms: int) -> int: ...
+    return build
 
 
 def restart_commit_index(meta: MetaStore, group_id: int, store: LogStore) -> int:

@@ -4,7 +4,8 @@ Writers append validated record batches; the stream assigns offsets, checks idem
 producer sequences and hands the entry to the store. Readers see only first offset .. high
 watermark, where the high watermark is the offset after the last committed entry. On one
 node an entry commits when the flusher has made it durable; under Raft the consensus driver
-reports commits instead, through the same `on_commit`.
+reports commits instead, through the same `on_commit`. Which of the two serves a stream is
+its appender's business (`vdl/log/appender.py`), chosen when the stream is built.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from dataclasses import dataclass
 
 import trio
 
-from vdl.backends.api import Buffer, Entry, EntryType, LogStore
+from vdl.backends.api import Buffer, LogStore
+from vdl.log.appender import AppenderFactory
 from vdl.log.error_codes import ErrorCode
-from vdl.log.flusher import Flusher
 from vdl.log.producer_state import (
     PRODUCER_ID_EXPIRATION_MS,
     Accept,
@@ -33,8 +34,6 @@ from vdl.log.timestamp_index import TimestampIndex, first_record_at
 from vdl.log.ydb_mapping import YdbProducerTable
 from vdl.metrics.stages import STAGES
 
-# The term written with every entry while a stream has a single replica; Raft starts here.
-SINGLE_NODE_TERM = 1
 # Kafka's producer.id.expiration.check.interval.ms: expiry is a sweep, not per append.
 _EXPIRY_CHECK_MS = 10 * 60 * 1000
 # Batches and records appended by the partitions this node leads (the node's metrics).
@@ -63,7 +62,7 @@ class LogStream:
         self,
         name: str,
         store: LogStore,
-        flusher: Flusher,
+        appender: AppenderFactory,
         clock_ms: Callable[[], int],
         *,
         log_append_time: bool = False,
@@ -71,14 +70,17 @@ class LogStream:
     ) -> None:
         self.name = name
         self._store = store
-        self._flusher = flusher
         self._clock_ms = clock_ms
         self._log_append_time = log_append_time
         self._closed = False
         # Entries appended but not yet committed: (raft index, offset after the entry).
         self._uncommitted: deque[tuple[int, int]] = deque()
-        self._commit_index = store.last_index()
-        self._high_watermark = store.next_offset()
+        # Entries not yet durable on this node's own disk (raft index, offset after), the
+        # offset after the last one that is, and who waits for it (Kafka acks=1 is
+        # leader-durable, acks=all majority-durable; on one replica the two are one).
+        self._unsynced: deque[tuple[int, int]] = deque()
+        self._local_durable = store.next_offset()  # what is stored when it opens is durable
+        self._durable_waiters: list[tuple[int, int, trio.Event]] = []
         self._commit_waiters: list[tuple[int, int, trio.Event]] = []
         # When a commit woke each commit waiter (time.perf_counter), until it resumes.
         self._woken_at: dict[trio.Event, float] = {}
@@ -90,15 +92,19 @@ class LogStream:
         self._next_expiry_ms = clock_ms() + min(_EXPIRY_CHECK_MS, producer_expiry_ms)
         self._rebuild_batch_state()
         self._ydb_producers: YdbProducerTable | None = None
-        # Set by attach_replication: a Raft group's driver decides commits, not the flusher.
-        self._replicated = False
         self._truncated_waiters: set[trio.Event] = set()
-        # Replicated only: entries not yet durable on this node's own disk (raft index,
-        # offset after), the offset after the last one that is, and who waits for it
-        # (Kafka acks=1 is leader-durable, acks=all majority-durable).
-        self._unsynced: deque[tuple[int, int]] = deque()
-        self._local_durable = 0
-        self._durable_waiters: list[tuple[int, int, trio.Event]] = []
+        self._appender = appender(store, self)
+        # Visible: what the log held committed when it opened; the rest waits for its commit.
+        self._commit_index = self._appender.initial_commit_index()
+        self._high_watermark = store.next_offset()
+        if self._commit_index < store.last_index():
+            self._high_watermark = store.first_offset()
+            for index, header in store.data_headers():
+                after = parse_batch_header(header).next_offset
+                if index <= self._commit_index:
+                    self._high_watermark = after
+                else:
+                    self._uncommitted.append((index, after))
 
     @property
     def store(self) -> LogStore:
@@ -111,8 +117,6 @@ class LogStream:
     @property
     def durable_end(self) -> int:
         """The offset after the last entry durable on this node's disk (or committed)."""
-        if not self._replicated:
-            return self._high_watermark
         return max(self._high_watermark, self._local_durable)
 
     @property
@@ -121,7 +125,7 @@ class LogStream:
 
     @property
     def log_end_offset(self) -> int:
-        return self._store.next_offset()
+        return self._appender.next_offset()
 
     def _expire_producers(self, now_ms: int) -> None:
         # Bounds the table's memory on leaders and followers alike. Replicas sweep on
@@ -190,17 +194,16 @@ class LogStream:
         assert isinstance(verdict, Accept)
         now = self._clock_ms()
         self._expire_producers(now)
-        base = self._store.next_offset()
+        appender = self._appender
+        base = appender.next_offset()
         append_time = now if self._log_append_time else None
-        payload = assign_offsets(batch, base, SINGLE_NODE_TERM, append_time, in_place=True)
-        index = self._store.last_index() + 1
-        self._store.append([Entry(SINGLE_NODE_TERM, index, EntryType.DATA, payload)])
+        payload = assign_offsets(batch, base, appender.term(), append_time, in_place=True)
         last = base + info.last_offset_delta
+        index = appender.append(payload, last + 1)
         _APPENDS.inc()
         _APPENDED_RECORDS.inc(info.last_offset_delta + 1)
         self._uncommitted.append((index, last + 1))
-        if self._replicated:
-            self._unsynced.append((index, last + 1))
+        self._unsynced.append((index, last + 1))
         timestamp = now if append_time is not None else -1
         self._timestamps.add(base, info.max_timestamp if append_time is None else now, info.size)
         self.producers.record(
@@ -212,16 +215,7 @@ class LogStream:
             timestamp,
             now,
         )
-        if not self._replicated:
-            # Under Raft the group's driver flushes the store (and ignores this stream's
-            # on_durable), so marking it here would only cost a flusher round trip.
-            self._flusher.mark_dirty(self)
         return Appended(base, last, timestamp, False)
-
-    def on_durable(self, index: int) -> None:
-        # One replica: durable on the local disk is committed.
-        if not self._replicated:
-            self.on_commit(index)
 
     def on_commit(self, index: int) -> None:
         if index <= self._commit_index:
@@ -258,9 +252,6 @@ class LogStream:
         acks=1): on one node that is the commit; under Raft the leader's own flush, or the
         majority commit if that comes first. Not yet visible to readers, and lost if a new
         leader replaces the entries before they commit (as with Kafka's acks=1)."""
-        if not self._replicated:
-            await self.wait_committed(last_offset)
-            return
         if last_offset < self.durable_end:
             return
         await self._wait(self._durable_waiters, last_offset, lambda: self.durable_end)
@@ -288,7 +279,7 @@ class LogStream:
         return event
 
     def on_local_durable(self, index: int) -> None:
-        """The group's driver made every entry up to raft `index` durable here."""
+        """Every entry up to raft `index` is durable on this node's disk."""
         advanced = False
         while self._unsynced and self._unsynced[0][0] <= index:
             self._local_durable = self._unsynced.popleft()[1]
@@ -312,7 +303,9 @@ class LogStream:
         """Committed batches from the one holding `offset`; out-of-range is the caller's check."""
         if offset >= self._high_watermark:
             return []
-        return self._store.read_batches(offset, max_bytes, self._commit_index)
+        # A Raft leader may learn of a commit before its own store has written the entry.
+        upto = min(self._commit_index, self._store.last_index())
+        return self._store.read_batches(offset, max_bytes, upto)
 
     def batch_for_timestamp(self, timestamp_ms: int) -> Buffer | None:
         """The first committed batch with a record at or after timestamp_ms, if any.
@@ -341,7 +334,7 @@ class LogStream:
         return None if batch is None else first_record_at(batch, timestamp_ms)[0]
 
     def apply_retention(self) -> int:
-        removed = self._store.apply_retention(self._clock_ms())
+        removed = self._appender.apply_retention(self._clock_ms())
         if removed:
             self._timestamps.drop_before(self.log_start_offset)
         return removed
@@ -356,29 +349,10 @@ class LogStream:
         self._commit_waiters.clear()
         self._durable_waiters.clear()
         self._wake()
-        await self._flusher.release(self)
+        await self._appender.close()
         self._store.close()
 
-    # -- replication: a Raft group drives this stream (vdl/consensus/stream_replica.py) --
-
-    def attach_replication(self, view: LogStore, commit_index: int) -> None:
-        """From now on appends go through `view` (which proposes them to the group), and
-        only the group's `on_commit` moves the high watermark, starting at commit_index
-        (entries stored after it wait for the group to commit them)."""
-        self._replicated = True
-        self._store = view
-        self._commit_index = commit_index
-        self._high_watermark = view.first_offset()
-        self._uncommitted.clear()
-        self._unsynced.clear()
-        # The driver syncs the store before it starts: everything stored is durable.
-        self._local_durable = view.next_offset()
-        for index, header in view.data_headers():
-            after = parse_batch_header(header).next_offset
-            if index <= commit_index:
-                self._high_watermark = after
-            else:
-                self._uncommitted.append((index, after))
+    # -- replication: what a Raft group's state machine reports (vdl/consensus/stream_replica.py)
 
     def on_replicated(self, index: int, payload: Buffer) -> None:
         """A follower stored the leader's DATA entry at `index` (not committed yet)."""

@@ -10,6 +10,7 @@ import trio
 
 from vdl.backends.api import LogStoreOptions
 from vdl.backends.registry import open_log_store
+from vdl.log.appender import LocalAppender
 from vdl.log.error_codes import ErrorCode
 from vdl.log.flusher import Flusher
 from vdl.log.record_batch import Record, build_batch, validate_produced_batch
@@ -32,7 +33,13 @@ async def test_idle_producer_is_forgotten_and_then_accepted(tmp_path: Path) -> N
     async with trio.open_nursery() as nursery:
         await nursery.start(flusher.run)
         store = open_log_store("segment", tmp_path / "s", LogStoreOptions())
-        stream = LogStream("t-0", store, flusher, lambda: now[0], producer_expiry_ms=EXPIRY_MS)
+        stream = LogStream(
+            "t-0",
+            store,
+            LocalAppender.factory(flusher),
+            lambda: now[0],
+            producer_expiry_ms=EXPIRY_MS,
+        )
         try:
             _append(stream, 7, 0)
             _append(stream, 7, 1)

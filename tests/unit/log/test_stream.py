@@ -11,6 +11,7 @@ import trio.testing
 
 from vdl.backends.api import LogStoreOptions
 from vdl.backends.registry import LOG_BACKENDS, open_log_store
+from vdl.log.appender import LocalAppender
 from vdl.log.batch_header import HEADER_SIZE
 from vdl.log.error_codes import ErrorCode
 from vdl.log.flusher import Flusher
@@ -49,7 +50,7 @@ async def env(
 
     def open_stream() -> LogStream:
         store = open_log_store(request.param, tmp_path / "stream", LogStoreOptions())
-        stream = LogStream("t-0", store, flusher, lambda: 5_000)
+        stream = LogStream("t-0", store, LocalAppender.factory(flusher), lambda: 5_000)
         streams.append(stream)
         return stream
 
@@ -152,7 +153,9 @@ async def test_timestamp_lookup_and_log_append_time(tmp_path: Path) -> None:
     async with trio.open_nursery() as nursery:
         await nursery.start(flusher.run)
         store = open_log_store("segment", tmp_path / "s", LogStoreOptions())
-        stream = LogStream("t-0", store, flusher, lambda: 77_000, log_append_time=True)
+        stream = LogStream(
+            "t-0", store, LocalAppender.factory(flusher), lambda: 77_000, log_append_time=True
+        )
         appended = _append(stream, _batch([b"a", b"b"]))
         assert appended.timestamp_ms == 77_000
         await stream.wait_committed(appended.last_offset)

@@ -16,6 +16,7 @@ import trio
 from vdl.backends.api import Buffer, LogStore, LogStoreOptions
 from vdl.backends.registry import LOG_BACKENDS, LogBackend, open_log_store
 from vdl.log import batch_header as bh
+from vdl.log.appender import LocalAppender
 from vdl.log.flusher import Flusher
 from vdl.log.record_batch import (
     COMPRESSION_GZIP,
@@ -153,7 +154,7 @@ async def test_stream_finds_the_record_reading_only_near_it(
         for reopened in (False, True):
             real = open_log_store(backend, tmp_path / "s", LogStoreOptions())
             store = _CountingStore(real)
-            stream = LogStream("t-0", store, flusher, lambda: 5_000)  # type: ignore[arg-type]
+            stream = LogStream("t-0", store, LocalAppender.factory(flusher), lambda: 5_000)  # type: ignore[arg-type]
             try:
                 if not reopened:
                     await stream.wait_committed(_fill(stream))

@@ -9,6 +9,7 @@ import trio
 
 from vdl.backends.api import LogStoreOptions
 from vdl.backends.registry import LOG_BACKENDS, open_log_store
+from vdl.log.appender import LocalAppender
 from vdl.log.flusher import Flusher
 from vdl.log.record_batch import DecodedRecord, build_batch, iter_records, parse_batch_header
 from vdl.log.stream import LogStream
@@ -108,7 +109,7 @@ async def test_stream_rebuilds_ydb_producers_from_the_log(tmp_path: Path, backen
 
         def open_stream() -> LogStream:
             store = open_log_store(backend, tmp_path / "s", LogStoreOptions())  # type: ignore[arg-type]
-            return LogStream("t-0", store, flusher, lambda: 5_000)
+            return LogStream("t-0", store, LocalAppender.factory(flusher), lambda: 5_000)
 
         stream = open_stream()
         assert len(stream.ydb_producers()) == 0
