@@ -21,7 +21,7 @@ import secrets
 import shutil
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import trio
@@ -119,7 +119,11 @@ class ClusterManager:
         self._broker = broker
         self._meta = meta
         self._flusher = flusher
+        # Group 0's applying starts and stops partitions: its loop alone runs it. A
+        # stream's machine only moves offsets and wakes waiters, so the tasks that report
+        # to its driver may take the loop's next step themselves (DriverOptions.inline).
         self._driver_options = DriverOptions(tick_s=settings.tick_s)
+        self._stream_driver_options = replace(self._driver_options, inline=True)
         self.router = GroupRouter()
         # One clock ticks every group of this node; a peer unheard for an election timeout
         # is down for node liveness, which wakes quiesced groups (clock.py).
@@ -467,7 +471,7 @@ class ClusterManager:
                 self._flusher,
                 self.transport,
                 machine,
-                options=self._driver_options,
+                options=self._stream_driver_options,
                 applied=applied,
                 fetch_snapshot=self.transport.fetch_snapshot,
                 clock=self.clock,

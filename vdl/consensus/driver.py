@@ -118,6 +118,13 @@ class DriverOptions:
     max_uncommitted: int = 8192  # proposed but uncommitted entries before proposals fail
     commit_hint_ticks: int = 20  # how often a moved commit index is saved (a restart hint)
     snapshot_timeout_s: float = 30.0  # a snapshot not confirmed by then is offered again
+    # While the loop is parked, the callers' tasks take its next step themselves: a
+    # durability report releases the acks it allows and applies what commits, a peer's
+    # message is stepped and its Ready handled, a proposal's AppendEntries leave at once,
+    # each without waiting for a scheduling of the loop's task. Only for a machine whose
+    # callbacks start nothing (a log stream's); without it every input goes through the
+    # loop, which owns the group alone (as etcd raft's node.go run() owns its RawNode).
+    inline: bool = False
 
 
 # (leader, group, snapshot, staging): the leader's log up to the snapshot, into `staging`.
@@ -244,21 +251,26 @@ class GroupDriver:
     def on_durable(self, index: int) -> None:
         if index > self._durable_index:
             self._durable_index = index
-        if self._parked:
-            # Exactly what the next turn would start with; mid-turn (a Ready being
-            # handled, a truncation or snapshot install waiting on the flusher) the turn
-            # does it itself, at the point where it is safe, and always once more before
-            # it parks (see _drain), so no wake-up is needed for it.
-            self._release_durable()
-            core = self.core
-            if core.has_ready() and not self._wakeup.is_set():
-                # The leader commits, or entries became applicable: a stream applies them
-                # right here (that only moves its commit point and wakes its waiters), so
-                # the acks=all answer does not wait for a scheduling of the driver task.
-                self._turn_now(apply=self._index_machine is not None)
-            if core.has_ready():
-                # Otherwise the report needs no turn: a wake-up would be an empty pass.
-                self._wakeup.set()
+        if not self._parked:
+            # Mid-turn (a Ready being handled, a truncation or snapshot install waiting on
+            # the flusher) the turn releases it itself, at the point where it is safe, and
+            # always once more before it parks (see _drain).
+            return
+        if not self._opts.inline:
+            if (self._pending and self._pending[0].index <= index) or self.core.has_ready():
+                self._wakeup.set()  # otherwise the report needs no turn
+            return
+        # Exactly what the next turn would start with.
+        self._release_durable()
+        core = self.core
+        if core.has_ready() and not self._wakeup.is_set():
+            # The leader commits, or entries became applicable: a stream applies them
+            # right here (that only moves its commit point and wakes its waiters), so
+            # the acks=all answer does not wait for a scheduling of the driver task.
+            self._turn_now(apply=True)
+        if core.has_ready():
+            # Otherwise the report needs no turn: a wake-up would be an empty pass.
+            self._wakeup.set()
 
     # ---- inputs from other tasks -------------------------------------------------------
 
@@ -268,7 +280,7 @@ class GroupDriver:
             self._parked
             and not self._wakeup.is_set()
             and not self._in_ready  # a transport that delivers within our own send
-            and self._index_machine is not None
+            and self._opts.inline
             and message.src not in self._stepped_now
             and not isinstance(message, InstallSnapshot)
         ):
@@ -291,7 +303,7 @@ class GroupDriver:
         per turn of the loop: the rest of a burst waits for the loop and shares its Ready
         (one store append, one AppendEntries per follower). Only for a stream's group,
         whose machine calls (announce written entries, move the commit point, note the
-        leader) start nothing; group 0's applying starts partitions, from its own task."""
+        leader) start nothing (`DriverOptions.inline`)."""
         core = self.core
         self._stepped_now.add(message.src)
         self._heard[message.src] = trio.current_time()
@@ -326,7 +338,7 @@ class GroupDriver:
         for index in range(first, last + 1):
             self._proposed[index] = term
         self._announced = max(self._announced, last)
-        if self._parked and not self._wakeup.is_set() and not self._sent_now:
+        if self._opts.inline and self._parked and not self._wakeup.is_set() and not self._sent_now:
             # The loop is idle: send the AppendEntries now rather than after a scheduling
             # of the driver task. Only once per turn of the loop: proposals that follow
             # before the loop runs again share one Ready, as they would have without this.

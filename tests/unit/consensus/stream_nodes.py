@@ -9,6 +9,7 @@ again reads back what they persisted.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -27,6 +28,8 @@ from vdl.log.record_batch import Record, build_batch, iter_records, validate_pro
 from vdl.log.stream import Appended, LogStream
 
 WAIT_S = 30
+# As a cluster node runs a stream's group (vdl/cluster/manager.py).
+STREAM_OPTIONS = dataclasses.replace(OPTIONS, inline=True)
 
 
 class StreamNode:
@@ -66,7 +69,7 @@ class StreamNode:
                 self.net.outbox(self.node_id),
                 machine,
                 raft=self.raft,
-                options=OPTIONS,
+                options=STREAM_OPTIONS,
                 rng=random.Random(self.node_id),
                 applied=applied,
                 fetch_snapshot=self.fetch_snapshot,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -229,7 +230,7 @@ async def test_a_followers_ack_leaves_with_the_durability_report(tmp_path: Path)
         ListOutbox(),
         Recorder(),
         raft=RAFT,
-        options=OPTIONS,
+        options=dataclasses.replace(OPTIONS, inline=True),
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(driver.run)
@@ -271,9 +272,12 @@ class _IndexRecorder(Recorder):
 _NO_TICKS = DriverOptions(tick_s=3600.0)
 
 
-def _lone_driver(tmp_path: Path, machine: Recorder) -> tuple[GroupDriver, _ListOutbox]:
+def _lone_driver(
+    tmp_path: Path, machine: Recorder, *, inline: bool = True
+) -> tuple[GroupDriver, _ListOutbox]:
     """Node 1 of a three-voter group, talking to a list; its flusher never runs, so the
-    test decides when something is durable (as the flusher's callback would)."""
+    test decides when something is durable (as the flusher's callback would). With
+    `inline`, the callers' tasks may take the loop's next step (as a stream's group does)."""
     outbox = _ListOutbox()
     driver = GroupDriver(
         GROUP,
@@ -285,7 +289,7 @@ def _lone_driver(tmp_path: Path, machine: Recorder) -> tuple[GroupDriver, _ListO
         outbox,
         machine,
         raft=RAFT,
-        options=_NO_TICKS,
+        options=dataclasses.replace(_NO_TICKS, inline=inline),
     )
     return driver, outbox
 
@@ -461,3 +465,32 @@ async def test_a_late_turn_steps_messages_in_order_with_its_ticks(
         while driver.turns == turns:
             await trio.sleep(0)
     assert driver.is_leader and driver.term == term
+
+
+async def test_without_inline_steps_every_input_waits_for_the_loop(tmp_path: Path) -> None:
+    # A group whose machine starts work from its callbacks (group 0) runs all of it from
+    # its own loop: a proposal, a peer's message and a durability report only wake it.
+    machine = _IndexRecorder()
+    driver, outbox = _lone_driver(tmp_path, machine, inline=False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(driver.run)
+        await _elect(driver, outbox)
+        turns = driver.turns
+        index, _ = driver.propose([payload(driver.next_index(), b"x")])
+        assert not outbox.sent and driver._store.last_index() < index
+        await _settle(driver)
+        assert driver.turns == turns + 1
+        assert [m.dst for m in outbox.sent if isinstance(m, AppendEntries)] == [2]  # 3 is silent
+        assert driver._store.last_index() == index
+        driver.deliver(AppendResponse(2, 1, driver.term, index))
+        driver._store.sync()
+        driver.on_durable(index)
+        assert machine.applied_to < index  # nothing happened in the callers' calls
+        await _settle(driver)
+        assert machine.applied_to == index  # the loop committed and applied it
+        assert driver.turns == turns + 2  # one turn for both inputs
+        # A report with nothing owed wakes nobody.
+        driver.on_durable(index)
+        await _settle(driver)
+        assert driver.turns == turns + 2
+        await _stop(driver, nursery)
