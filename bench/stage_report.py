@@ -21,23 +21,6 @@ from node_launcher import REPO_ROOT
 if TYPE_CHECKING:
     from vdl.metrics.stages import Histogram
 
-# The path of a produce, in order (as a leader, then as a follower, then the disk).
-STAGE_ORDER = (
-    "kafka_produce_decode_seconds",
-    "kafka_produce_append_seconds",
-    "raft_append_round_trip_seconds",
-    "raft_receive_to_write_seconds",
-    "raft_write_to_durable_seconds{role=leader}",
-    "raft_write_to_durable_seconds{role=follower}",
-    "raft_propose_to_commit_seconds",
-    "kafka_produce_commit_to_response_seconds",
-    "flusher_round_seconds",
-    "flusher_handoff_seconds",
-    "storage_sync_write_seconds",
-    "storage_fdatasync_seconds",
-    "storage_sync_bytes",
-)
-
 NodeStages = dict[str, "Histogram"]
 
 
@@ -58,6 +41,17 @@ def supported() -> bool:
         return importlib.util.find_spec("vdl.metrics.stages") is not None
     except ImportError:
         return False
+
+
+def _stage_order() -> tuple[str, ...]:
+    """The path of a produce, in order (as a leader, then as a follower, then the disk),
+    as the checkout's node defines it; unordered for a checkout that does not."""
+    if not supported():
+        return ()
+    from vdl.metrics import stages
+
+    produce_stages = getattr(stages, "produce_stages", None)
+    return () if produce_stages is None else tuple(produce_stages())
 
 
 def snapshot(nodes: Mapping[int, _Node], timeout: float = 10.0) -> dict[int, NodeStages]:
@@ -115,8 +109,9 @@ def phase(after: dict[int, NodeStages], before: dict[int, NodeStages]) -> dict[i
 
 
 def _order(key: str) -> tuple[int, str]:
-    base = key if key in STAGE_ORDER else key.split("{")[0]
-    return (STAGE_ORDER.index(base) if base in STAGE_ORDER else len(STAGE_ORDER), key)
+    order = _stage_order()
+    base = key if key in order else key.split("{")[0]
+    return (order.index(base) if base in order else len(order), key)
 
 
 def _short(key: str) -> tuple[str, str]:

@@ -6,29 +6,13 @@ from __future__ import annotations
 
 from tests.integration.cluster_support import Cluster
 from tests.integration.kafka_clients import confluent_produce
-from vdl.metrics.stages import SNAPSHOT_FILE, Histogram, load_snapshot, merged
+from vdl.metrics.stages import SNAPSHOT_FILE, Histogram, load_snapshot, merged, produce_stages
 
 TOPIC = "timed"
 
-LEADER_STAGES = (
-    "kafka_produce_decode_seconds",
-    "kafka_produce_append_seconds",
-    "raft_propose_to_commit_seconds",
-    "raft_write_to_durable_seconds{role=leader}",
-    "kafka_produce_commit_to_response_seconds",
-    "flusher_round_seconds",
-    "flusher_handoff_seconds",
-    "storage_sync_write_seconds",
-    "storage_fdatasync_seconds",
-    "storage_sync_bytes",
-)
-FOLLOWER_STAGES = (
-    "raft_receive_to_write_seconds",
-    "raft_write_to_durable_seconds{role=follower}",
-    "flusher_round_seconds",
-    "storage_fdatasync_seconds",
-    "storage_sync_bytes",
-)
+LEADER_STAGES = produce_stages("leader")
+FOLLOWER_STAGES = produce_stages("follower")
+PER_PEER_STAGES = produce_stages("leader per peer")
 
 
 def test_leader_and_follower_record_the_stages_of_acks_all_produces(cluster: Cluster) -> None:
@@ -45,8 +29,9 @@ def test_leader_and_follower_record_the_stages_of_acks_all_produces(cluster: Clu
     for stage in LEADER_STAGES:
         assert stage in leader and leader[stage].count > 0, stage
     for peer in followers:
-        stage = f"raft_append_round_trip_seconds{{peer={peer}}}"
-        assert stage in leader and leader[stage].count > 0, stage
+        for base in PER_PEER_STAGES:
+            stage = f"{base}{{peer={peer}}}"
+            assert stage in leader and leader[stage].count > 0, stage
     follower = cluster.nodes[followers[0]].stage_snapshot()[0]
     for stage in FOLLOWER_STAGES:
         assert stage in follower and follower[stage].count > 0, stage

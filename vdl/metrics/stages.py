@@ -293,3 +293,28 @@ def merged(histograms: Iterable[Histogram]) -> dict[str, Histogram]:
 # keeps one default registry per process. Tests that run several nodes in one process
 # see their observations summed, which is all they are for.
 STAGES = StageRegistry()
+
+# The stages of a replicated produce, in the order a request meets them (as the partition
+# leader, then as a follower, then the disk), each with the roles whose node records it:
+# the one list the bench's stage table and the stage tests read. A stage recorded per peer
+# (`{peer=N}` on the leader) is named by its base name.
+PRODUCE_PATH: tuple[tuple[str, frozenset[str]], ...] = (
+    ("kafka_produce_decode_seconds", frozenset({"leader"})),
+    ("kafka_produce_append_seconds", frozenset({"leader"})),
+    ("raft_append_round_trip_seconds", frozenset({"leader per peer"})),
+    ("raft_receive_to_write_seconds", frozenset({"follower"})),
+    ("raft_write_to_durable_seconds{role=leader}", frozenset({"leader"})),
+    ("raft_write_to_durable_seconds{role=follower}", frozenset({"follower"})),
+    ("raft_propose_to_commit_seconds", frozenset({"leader"})),
+    ("kafka_produce_commit_to_response_seconds", frozenset({"leader"})),
+    ("flusher_round_seconds", frozenset({"leader", "follower"})),
+    ("flusher_handoff_seconds", frozenset({"leader"})),
+    ("storage_sync_write_seconds", frozenset({"leader"})),
+    ("storage_fdatasync_seconds", frozenset({"leader", "follower"})),
+    ("storage_sync_bytes", frozenset({"leader", "follower"})),
+)
+
+
+def produce_stages(role: str | None = None) -> tuple[str, ...]:
+    """The produce path's stage names in order; with `role`, those a node in it records."""
+    return tuple(name for name, roles in PRODUCE_PATH if role is None or role in roles)
