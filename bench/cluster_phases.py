@@ -1,20 +1,33 @@
-"""Phases of bench/cluster.py that drive clients: produce at a pace, fail over, PySyncObj."""
+"""Phases of bench/cluster.py that drive clients: produce at a pace, fail over, PySyncObj,
+restart a node with a large log."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import statistics
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
-from disk_ceiling import MB, percentiles_ms
+from disk_ceiling import MB, tail_percentiles_ms
 from node_launcher import BenchNode, free_port
+from stage_report import NodeStages
 
 VALUE_POOL = 64
 
@@ -132,10 +145,7 @@ def paced_produce(
 
 
 def _percentiles(samples: list[float]) -> tuple[float, float, float]:
-    p50, p99 = percentiles_ms(samples, (50, 99))
-    ordered = sorted(samples)
-    p999 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.999))] * 1000 if ordered else 0.0
-    return p50, p99, p999
+    return tail_percentiles_ms(samples)
 
 
 def _leader_of(bootstrap: str, topic: str) -> int:
@@ -236,3 +246,269 @@ def pysyncobj_commits(size: int, seconds: float, window: int) -> dict[str, Any]:
         for peer in peers:
             peer.kill()
             peer.wait(10)
+
+
+def median_stage(per_node: Mapping[int, NodeStages], key: str, q: float) -> float | None:
+    """Across nodes, the median of each node's `q`-quantile of stage `key` over a phase
+    (a stage table's difference); None when no node recorded it."""
+    values = [
+        stages[key].quantile(q)
+        for stages in per_node.values()
+        if key in stages and stages[key].count > 0
+    ]
+    return statistics.median(values) if values else None
+
+
+@dataclass(slots=True)
+class RestartTiming:
+    """One restart of a node on its data dir: every time is from just before the spawn."""
+
+    how: str  # "SIGTERM" or "SIGKILL": how the previous process ended
+    stop_seconds: float  # the signal to the process's exit
+    exit_code: int | None
+    listen_seconds: float  # the Kafka port accepts a connection
+    ack_seconds: float  # a produce (acks=all) to the topic is acknowledged
+    serving_seconds: float  # that ack, and the high watermark is the previous end + 1
+    expected_high_watermark: int
+    high_watermark: int
+
+
+@dataclass(slots=True)
+class RestartRun:
+    topic: str
+    fill_bytes: int  # value bytes produced
+    fill_messages: int
+    fill_seconds: float
+    data_dir_bytes: int  # the node's data directory after the fill
+    segment_files: int
+    end_offset: int  # high watermark after the fill
+    restarts: list[RestartTiming]
+
+    @property
+    def fill_mb_per_s(self) -> float:
+        return self.fill_bytes / self.fill_seconds / MB
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "fill_mb_per_s": self.fill_mb_per_s}
+
+
+RESTART_VALUE_BYTES = 64 * 1024
+
+
+def restart_to_serving(workdir: Path, log_bytes: int, topic: str = "bench-restart") -> RestartRun:
+    """One single-node VDL (no peers) whose one-partition topic's log is filled with at
+    least `log_bytes`, then restarted on its data dir twice: after SIGTERM (clean stop),
+    then after SIGKILL (recovery). The node and its directory are removed at the end."""
+    data_dir = workdir / "restart-node"
+    # INFO: the node's own account of its start (the log stays in the work directory).
+    node = BenchNode(data_dir, workdir / "restart-node.log", "--log-level", "INFO")
+    try:
+        node.start()
+        _create_single_topic(node.bootstrap, topic)
+        fill_messages, fill_seconds = _fill(node.bootstrap, topic, log_bytes)
+        end = _high_watermark(node.bootstrap, topic, timeout=30)
+        files = [f for f in data_dir.rglob("*") if f.is_file()]
+        run = RestartRun(
+            topic=topic,
+            fill_bytes=fill_messages * RESTART_VALUE_BYTES,
+            fill_messages=fill_messages,
+            fill_seconds=fill_seconds,
+            data_dir_bytes=sum(f.stat().st_size for f in files),
+            # Segment files: `.log`, as RocksDB's write-ahead logs under meta/ are too.
+            segment_files=sum(
+                1
+                for f in files
+                if f.suffix == ".log" and "meta" not in f.relative_to(data_dir).parts
+            ),
+            end_offset=end,
+            restarts=[],
+        )
+        for how in ("SIGTERM", "SIGKILL"):
+            end = _high_watermark(node.bootstrap, topic, timeout=30)
+            stopped = time.perf_counter()
+            if how == "SIGTERM":
+                exit_code = node.stop()
+            else:
+                node.kill()
+                exit_code = None if node.process is None else node.process.returncode
+            stop_seconds = time.perf_counter() - stopped
+            run.restarts.append(_restart_once(node, topic, end, how, stop_seconds, exit_code))
+        return run
+    finally:
+        node.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _create_single_topic(bootstrap: str, topic: str) -> None:
+    """One partition, RF 1. The client goes with the call: alive, it would log its
+    reconnects while the node restarts."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(
+        timeout=30
+    )
+
+
+def _fill(bootstrap: str, topic: str, log_bytes: int) -> tuple[int, float]:
+    """Produce (acks=all, batches of up to 1 MB) until `log_bytes` of values are
+    acknowledged; (messages, seconds)."""
+    errors: list[str] = []
+    delivered = [0]
+
+    def on_delivery(err: KafkaError | None, msg: Message) -> None:
+        if err is None:
+            delivered[0] += 1
+        elif len(errors) < 5:
+            errors.append(str(err))
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "linger.ms": 20,
+            "batch.size": 1_000_000,  # below the node's max.message.bytes (1 MiB)
+            "batch.num.messages": 10_000,
+            "queue.buffering.max.kbytes": 64 * 1024,
+            "compression.type": "none",
+            "on_delivery": on_delivery,
+        }
+    )
+    values = [os.urandom(RESTART_VALUE_BYTES) for _ in range(VALUE_POOL)]
+    count = -(-log_bytes // RESTART_VALUE_BYTES)
+    producer.list_topics(topic, timeout=30)
+    start = time.perf_counter()
+    sent = 0
+    while sent < count:
+        try:
+            producer.produce(topic, values[sent % VALUE_POOL], partition=0)
+            sent += 1
+        except BufferError:
+            producer.poll(0.01)
+        producer.poll(0)
+    producer.flush(300)
+    seconds = time.perf_counter() - start
+    close = getattr(producer, "close", None)  # confluent-kafka >= 2.12; else when collected
+    if close is not None:
+        close()  # it would log its reconnects while the node restarts
+    if errors or delivered[0] < count:
+        raise RuntimeError(f"fill: {delivered[0]} of {count} acknowledged ({errors})")
+    return count, seconds
+
+
+def _high_watermark(bootstrap: str, topic: str, timeout: float) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-restart"})
+    try:
+        _, high = consumer.get_watermark_offsets(
+            TopicPartition(topic, 0), timeout=timeout, cached=False
+        )
+        return int(high)
+    finally:
+        consumer.close()
+
+
+def _restart_once(
+    node: BenchNode,
+    topic: str,
+    end: int,
+    how: str,
+    stop_seconds: float,
+    exit_code: int | None,
+) -> RestartTiming:
+    """Start `node` again and time it to serving: a produce acknowledged and the high
+    watermark at `end` + 1. The clients exist before the spawn and retry every few ms, and
+    the launcher waits for the port in a thread of its own while this one polls them, so
+    the times are the node's to within a few ms (the port's, within the launcher's 50 ms)."""
+    acked: list[float] = []  # the ack's time: the produce call plus librdkafka's latency
+    errors: list[str] = []
+    produced = [0.0]
+
+    def on_delivery(err: KafkaError | None, msg: Message) -> None:
+        latency = msg.latency()
+        if err is None:
+            acked.append(produced[0] + (latency if latency is not None else 0.0))
+        elif len(errors) < 5:
+            errors.append(str(err))
+
+    quick: dict[str, Any] = {
+        "bootstrap.servers": node.bootstrap,
+        # Refused connections until the node listens: expected, not worth a line each.
+        "log_level": 0,
+        "error_cb": lambda _err: None,
+        "reconnect.backoff.ms": 10,
+        "reconnect.backoff.max.ms": 50,
+        "retry.backoff.ms": 10,
+        "retry.backoff.max.ms": 50,
+        "topic.metadata.refresh.fast.interval.ms": 20,
+        "socket.connection.setup.timeout.ms": 1000,
+    }
+    producer = Producer(
+        {
+            **quick,
+            "acks": "all",
+            # Not idempotent: librdkafka retries its InitProducerId on a timer (about a
+            # second) after the refused connects, which would be timed as the node's. One
+            # message on a fresh connection is not duplicated; the high watermark shows it.
+            "enable.idempotence": False,
+            "linger.ms": 0,
+            "message.timeout.ms": 300_000,
+            "on_delivery": on_delivery,
+        }
+    )
+    consumer = Consumer({**quick, "group.id": "bench-restart"})
+    partition = TopicPartition(topic, 0)
+    listened: list[float] = []
+    failed: list[BaseException] = []
+
+    def start_node() -> None:
+        try:
+            node.start(timeout=300)
+            listened.append(time.perf_counter())
+        except BaseException as exc:  # handed to the polling thread
+            failed.append(exc)
+
+    starter = threading.Thread(target=start_node, name="restart-start", daemon=True)
+    try:
+        produced[0] = time.perf_counter()
+        producer.produce(topic, b"restart-probe", partition=0)  # sent once the node listens
+        start = time.perf_counter()  # the moment before Popen
+        starter.start()
+        deadline = start + 300
+        high = -1
+        while time.perf_counter() < deadline:
+            if failed:
+                raise RuntimeError(f"restart after {how}: {failed[0]}") from failed[0]
+            if errors:
+                raise RuntimeError(f"restart after {how}: produce failed: {errors}")
+            if not acked:
+                producer.poll(0.002)
+                continue
+            try:
+                _, high = consumer.get_watermark_offsets(partition, timeout=0.2, cached=False)
+            except KafkaException:
+                continue
+            if high >= end + 1:
+                break
+            time.sleep(0.002)
+        serving = time.perf_counter() - start
+        if not acked or high < end + 1:
+            raise RuntimeError(
+                f"restart after {how}: not serving within 300 s (acked {bool(acked)}, "
+                f"high watermark {high}, expected {end + 1})"
+            )
+        starter.join(300)
+        if failed or not listened:
+            raise RuntimeError(f"restart after {how}: the launcher failed: {failed}")
+        return RestartTiming(
+            how=how,
+            stop_seconds=stop_seconds,
+            exit_code=exit_code,
+            listen_seconds=listened[0] - start,
+            ack_seconds=acked[0] - start,
+            serving_seconds=serving,
+            expected_high_watermark=end + 1,
+            high_watermark=int(high),
+        )
+    finally:
+        if starter.is_alive():  # a failure while the launcher still waits
+            starter.join(300)
+        producer.flush(5)
+        consumer.close()
