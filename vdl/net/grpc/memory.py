@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import trio
-import trio.testing
 
 from .client import GrpcChannel
 from .connection import GrpcSettings
@@ -27,6 +26,9 @@ async def open_memory_channel(
     ``lockstep`` uses unbuffered streams, where every send waits for the peer's read; by
     default sends never block, so only HTTP/2 flow control pushes back.
     """
+    # Imported here: trio.testing brings in pytest, which a node has no use for.
+    import trio.testing
+
     pair = trio.testing.lockstep_stream_pair if lockstep else trio.testing.memory_stream_pair
     client_stream: trio.abc.Stream
     server_stream: trio.abc.Stream
