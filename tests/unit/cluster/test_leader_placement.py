@@ -253,15 +253,6 @@ def _placements(cluster: DriverCluster) -> dict[int, LeaderPlacement]:
     }
 
 
-async def _wait_leader_is(cluster: DriverCluster, node_id: int, timeout: float) -> None:
-    with trio.fail_after(timeout):
-        while True:
-            leaders = cluster.leaders()
-            if [n.node_id for n in leaders] == [node_id]:
-                return
-            await trio.sleep(0.05)
-
-
 async def test_leadership_goes_to_the_preferred_dc_and_comes_back_after_a_restart(
     tmp_path: Path, clock: trio.testing.MockClock
 ) -> None:
@@ -280,7 +271,7 @@ async def test_leadership_goes_to_the_preferred_dc_and_comes_back_after_a_restar
         await trio.sleep(3)
         assert sum(p.transfers for p in placements.values()) == 0  # 3 is out of contact
         cluster.net.isolated.discard(3)
-        await _wait_leader_is(cluster, 3, timeout=5)
+        await cluster.wait_leader_is(3, timeout=5)
         index = await cluster.propose(b"after-move")
         await cluster.wait_applied(index, [1, 2, 3])
         # Settled: nobody moves it again.
@@ -299,7 +290,7 @@ async def test_leadership_goes_to_the_preferred_dc_and_comes_back_after_a_restar
         assert fallback.driver is not None and fallback.driver.is_leader
         # Back (with a log to catch up on): leadership returns to it.
         await cluster.nodes[3].start(nursery)
-        await _wait_leader_is(cluster, 3, timeout=10)
+        await cluster.wait_leader_is(3, timeout=10)
         index = await cluster.propose(b"home-again")
         await cluster.wait_applied(index, [1, 2, 3])
         # By a transfer, not an election it won by chance (the leader held its lease).

@@ -325,7 +325,7 @@ async def test_leadership_goes_back_to_the_preferred_replica_after_a_restart(
         await cluster.start(nursery)
         for loop in loops.values():
             nursery.start_soon(loop.run)
-        await _wait_leader_is(cluster, 2, timeout=10)
+        await cluster.wait_leader_is(2, timeout=10)
         await cluster.propose(b"first")
         # The preferred replica dies: another leads, and keeps leading while it is away.
         await cluster.nodes[2].stop()
@@ -335,19 +335,13 @@ async def test_leadership_goes_back_to_the_preferred_replica_after_a_restart(
             await cluster.propose(b"without-2-%d" % i)
         moved = sum(loop.transfers for loop in loops.values())
         await cluster.nodes[2].start(nursery)
-        await _wait_leader_is(cluster, 2, timeout=10)
+        await cluster.wait_leader_is(2, timeout=10)
         index = await cluster.propose(b"back")
         await cluster.wait_applied(index, [1, 2, 3])
         # By a transfer, not an election it won by chance.
         assert sum(loop.transfers for loop in loops.values()) > moved
         await cluster.stop()
         nursery.cancel_scope.cancel()
-
-
-async def _wait_leader_is(cluster: DriverCluster, node_id: int, timeout: float) -> None:
-    with trio.fail_after(timeout):
-        while [n.node_id for n in cluster.leaders()] != [node_id]:
-            await trio.sleep(0.05)
 
 
 # ---- the settings -----------------------------------------------------------------------------

@@ -209,6 +209,12 @@ class DriverCluster:
                     return leaders[0]
                 await trio.sleep(0.05)
 
+    async def wait_leader_is(self, node_id: int, timeout: float = 30.0) -> None:
+        """Until `node_id` is the one leader."""
+        with trio.fail_after(timeout):
+            while [n.node_id for n in self.leaders()] != [node_id]:
+                await trio.sleep(0.05)
+
     async def propose(self, text: bytes, timeout: float = 30.0) -> int:
         """Propose through whoever leads (retrying across elections); the entry's index."""
         with trio.fail_after(timeout):
