@@ -132,7 +132,6 @@ class TestNode:
         self.machine = Recorder()
         flusher = Flusher()
         self.flusher = flusher
-        router = GroupRouter()
         outbox = self.net.outbox(self.node_id)
         clock = NodeClock(OPTIONS.tick_s)
         clock.attach(outbox)
@@ -151,23 +150,9 @@ class TestNode:
             rng=random.Random(self.node_id),
             clock=clock,
         )
-        router.add(GROUP, self.driver)
-        self.net.routers[self.node_id] = router
-        self.net.down.discard(self.node_id)
-        self.scope = trio.CancelScope()
-        self.done = trio.Event()
-        driver, scope, done = self.driver, self.scope, self.done
-
-        async def run() -> None:
-            with scope:
-                async with trio.open_nursery() as inner:
-                    await inner.start(flusher.run)
-                    await inner.start(driver.run)
-                    await inner.start(clock.run)
-            await driver.close()
-            done.set()
-
-        nursery.start_soon(run)
+        self.scope, self.done = join_and_run(
+            self.net, self.node_id, GROUP, self.driver, flusher, nursery, clock
+        )
         await trio.sleep(0)
 
     async def stop(self) -> None:
@@ -235,3 +220,35 @@ class DriverCluster:
                 for n in nodes
             ):
                 await trio.sleep(0.05)
+
+
+def join_and_run(
+    net: MemoryNet,
+    node_id: int,
+    group: int,
+    driver: GroupDriver,
+    flusher: Flusher,
+    nursery: trio.Nursery,
+    clock: NodeClock | None = None,
+) -> tuple[trio.CancelScope, trio.Event]:
+    """Route the network's messages for `node_id` to `driver` and run its flusher, driver
+    (and clock) in `nursery` until the scope returned is cancelled; the event is set once
+    the driver has closed after that."""
+    router = GroupRouter()
+    router.add(group, driver)
+    net.routers[node_id] = router
+    net.down.discard(node_id)
+    scope, done = trio.CancelScope(), trio.Event()
+
+    async def run() -> None:
+        with scope:
+            async with trio.open_nursery() as inner:
+                await inner.start(flusher.run)
+                await inner.start(driver.run)
+                if clock is not None:
+                    await inner.start(clock.run)
+        await driver.close()
+        done.set()
+
+    nursery.start_soon(run)
+    return scope, done

@@ -16,12 +16,11 @@ from pathlib import Path
 
 import trio
 
-from tests.unit.consensus.driver_cluster import OPTIONS, RAFT, MemoryNet
+from tests.unit.consensus.driver_cluster import OPTIONS, RAFT, MemoryNet, join_and_run
 from vdl.backends.api import LogStore, LogStoreOptions
 from vdl.backends.registry import open_log_store, open_meta_store
 from vdl.consensus.driver import GroupDriver, SnapshotFetcher
 from vdl.consensus.options import RaftOptions
-from vdl.consensus.router import GroupRouter
 from vdl.consensus.stream_replica import StreamMachine, raft_appender
 from vdl.log.flusher import Flusher
 from vdl.log.record_batch import Record, build_batch, iter_records, validate_produced_batch
@@ -80,23 +79,9 @@ class StreamNode:
         appender = raft_appender(build_driver, meta, self.group)
         self.stream = LogStream("t-0", store, appender, lambda: 1_000)
         (self.driver,) = drivers
-        router = GroupRouter()
-        router.add(self.group, self.driver)
-        self.net.routers[self.node_id] = router
-        self.net.down.discard(self.node_id)
-        self.scope = trio.CancelScope()
-        self.done = trio.Event()
-        driver, scope, done = self.driver, self.scope, self.done
-
-        async def run() -> None:
-            with scope:
-                async with trio.open_nursery() as inner:
-                    await inner.start(flusher.run)
-                    await inner.start(driver.run)
-            await driver.close()
-            done.set()
-
-        nursery.start_soon(run)
+        self.scope, self.done = join_and_run(
+            self.net, self.node_id, self.group, self.driver, flusher, nursery
+        )
 
     async def stop(self) -> None:
         self.net.down.add(self.node_id)
