@@ -23,6 +23,7 @@ from vdl.consensus.errors import NotLeader, ProposalDropped
 from vdl.consensus.hard_state_store import load_hard_state
 from vdl.consensus.snapshot_transfer import load_snapshot_meta
 from vdl.log.appender import Appender, AppenderFactory, StreamEvents
+from vdl.log.batch_header import MAX_PARTITION_LEADER_EPOCH
 from vdl.log.error_codes import ErrorCode
 from vdl.log.stream import StreamError
 from vdl.metrics.stages import STAGES, IndexTimer
@@ -98,8 +99,11 @@ class RaftAppender:
 
     def term(self) -> int:
         # The entry is proposed at once, in the term the leader is in now (Kafka's
-        # partitionLeaderEpoch is the leader's epoch; a Raft term is one).
-        return self._driver.term
+        # partitionLeaderEpoch is the leader's epoch; a Raft term is one). Terms are
+        # 64-bit and an epoch an int32: elections add one at a time, so a real group never
+        # gets there, but a peer may send any term (a fuzzer did): past the int32 range the
+        # epoch stays at its largest value, which still never decreases.
+        return min(self._driver.term, MAX_PARTITION_LEADER_EPOCH)
 
     def append(self, payload: Buffer, next_offset: int) -> int:
         try:

@@ -16,7 +16,9 @@ from tests.unit.consensus.stream_nodes import (
     high_watermark,
     leader_of,
     values_from,
+    wait_until,
 )
+from vdl.consensus.messages import HeartbeatResponse
 from vdl.log.error_codes import ErrorCode
 from vdl.log.record_batch import parse_batch_header
 from vdl.log.stream import Appended, StreamError
@@ -162,5 +164,38 @@ async def test_leader_durable_waits_for_the_leaders_flush_not_the_majority(
         await high_watermark(followers, 2)
         # A follower's entries from the leader count as durable there once flushed.
         assert all(n.stream.durable_end == 2 for n in followers)
+        for node in nodes.values():
+            await node.stop()
+
+
+async def test_a_term_past_the_int32_epoch_range_still_takes_writes(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
+    net = MemoryNet()
+    nodes = {i: StreamNode(i, tmp_path, net, GROUP) for i in (1, 2, 3)}
+    async with trio.open_nursery() as nursery:
+        for node in nodes.values():
+            await node.start(nursery)
+        leader = await leader_of(nodes)
+        first = append(leader.stream, b"before")
+        await high_watermark(nodes.values(), first.last_offset + 1)
+        # A peer's message with a term no int32 partitionLeaderEpoch holds (a fuzzer sent
+        # such terms): the leader steps down to it and the group elects a leader past it.
+        peer = next(n for n in nodes.values() if n is not leader)
+        huge = 2**40
+        leader.driver.deliver(HeartbeatResponse(peer.node_id, leader.node_id, huge))
+        await wait_until(
+            lambda: any(n.driver.is_leader and n.driver.term > huge for n in nodes.values()),
+            "a leader past the huge term",
+        )
+        leader = await leader_of(nodes)
+        after = append(leader.stream, b"after")
+        await high_watermark(nodes.values(), after.last_offset + 1)
+        for node in nodes.values():
+            assert values_from(node.stream) == [b"before", b"after"]
+            *_, (index, header) = node.stream.store.data_headers()
+            assert node.stream.store.term_at(index) > huge
+            # The epoch stays at the largest an int32 holds: never lower than before.
+            assert parse_batch_header(header).partition_leader_epoch == 2**31 - 1
         for node in nodes.values():
             await node.stop()
