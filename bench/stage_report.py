@@ -8,6 +8,7 @@ row per stage and, per node, count / p50 / p99. Reports, never asserts.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import signal
@@ -43,6 +44,7 @@ def supported() -> bool:
         return False
 
 
+@functools.cache
 def _stage_order() -> tuple[str, ...]:
     """The path of a produce, in order (as a leader, then as a follower, then the disk),
     as the checkout's node defines it; unordered for a checkout that does not."""

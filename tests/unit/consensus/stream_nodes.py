@@ -13,6 +13,7 @@ import dataclasses
 import random
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -89,6 +90,16 @@ class StreamNode:
         await self.done.wait()
         await self.stream.close()
         self.meta.close()
+
+
+async def start_nodes(
+    nursery: trio.Nursery, root: Path, net: MemoryNet, group: int, **options: Any
+) -> dict[int, StreamNode]:
+    """Nodes 1, 2 and 3 of one group, started; `options` go to every `StreamNode`."""
+    nodes = {i: StreamNode(i, root, net, group, **options) for i in (1, 2, 3)}
+    for node in nodes.values():
+        await node.start(nursery)
+    return nodes
 
 
 def append(stream: LogStream, value: bytes) -> Appended:

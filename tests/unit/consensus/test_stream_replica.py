@@ -15,6 +15,7 @@ from tests.unit.consensus.stream_nodes import (
     append,
     high_watermark,
     leader_of,
+    start_nodes,
     values_from,
     wait_until,
 )
@@ -46,10 +47,8 @@ async def test_appends_on_the_leader_commit_everywhere_at_the_same_offsets(
     tmp_path: Path, clock: trio.testing.MockClock
 ) -> None:
     net = MemoryNet()
-    nodes = {i: StreamNode(i, tmp_path, net, GROUP) for i in (1, 2, 3)}
     async with trio.open_nursery() as nursery:
-        for node in nodes.values():
-            await node.start(nursery)
+        nodes = await start_nodes(nursery, tmp_path, net, GROUP)
         leader = await leader_of(nodes)
         follower = next(n for n in nodes.values() if n is not leader)
         with pytest.raises(StreamError) as info:
@@ -89,10 +88,8 @@ async def test_a_deposed_leaders_uncommitted_appends_fail_and_are_replaced(
     tmp_path: Path, clock: trio.testing.MockClock
 ) -> None:
     net = MemoryNet()
-    nodes = {i: StreamNode(i, tmp_path, net, GROUP) for i in (1, 2, 3)}
     async with trio.open_nursery() as nursery:
-        for node in nodes.values():
-            await node.start(nursery)
+        nodes = await start_nodes(nursery, tmp_path, net, GROUP)
         old = await leader_of(nodes)
         first = append(old.stream, b"committed")
         await old.stream.wait_committed(first.last_offset)
@@ -140,10 +137,8 @@ async def test_leader_durable_waits_for_the_leaders_flush_not_the_majority(
     # Without check-quorum the cut-off leader stays leader however long its own flush
     # takes in real time (the mock clock jumps while a real fsync runs in its thread).
     raft = dataclasses.replace(RAFT, check_quorum=False)
-    nodes = {i: StreamNode(i, tmp_path, net, GROUP, raft=raft) for i in (1, 2, 3)}
     async with trio.open_nursery() as nursery:
-        for node in nodes.values():
-            await node.start(nursery)
+        nodes = await start_nodes(nursery, tmp_path, net, GROUP, raft=raft)
         leader = await leader_of(nodes)
         first = append(leader.stream, b"both")
         await leader.stream.wait_committed(first.last_offset)
@@ -172,10 +167,8 @@ async def test_a_term_past_the_int32_epoch_range_still_takes_writes(
     tmp_path: Path, clock: trio.testing.MockClock
 ) -> None:
     net = MemoryNet()
-    nodes = {i: StreamNode(i, tmp_path, net, GROUP) for i in (1, 2, 3)}
     async with trio.open_nursery() as nursery:
-        for node in nodes.values():
-            await node.start(nursery)
+        nodes = await start_nodes(nursery, tmp_path, net, GROUP)
         leader = await leader_of(nodes)
         first = append(leader.stream, b"before")
         await high_watermark(nodes.values(), first.last_offset + 1)
