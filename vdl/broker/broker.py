@@ -26,6 +26,7 @@ from vdl.broker.topics import (
     validate_configs,
     validate_topic_name,
 )
+from vdl.groups.offsets import OffsetStore
 from vdl.groups.service import GroupService
 from vdl.log.appender import AppenderFactory, LocalAppender
 from vdl.log.error_codes import ErrorCode
@@ -228,8 +229,13 @@ class Broker:
             )
 
     async def delete_topic(self, name: str) -> None:
+        """Delete a topic with every group's committed offsets on it, in one durable batch:
+        a topic created again under the name starts with none (Kafka removes a deleted
+        topic's offsets at deletion; YDB drops the consumers, which live in the topic)."""
         self._refuse_on_cluster()
-        topic = self.catalog.remove(name)
+        if self.catalog.get(name) is None:
+            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
+        topic = self.catalog.remove(name, OffsetStore(self._meta).keys_of_topic(name))
         for partition in range(topic.partitions):
             stream = self._streams.pop((name, partition))
             await stream.close()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -183,9 +183,11 @@ class TopicCatalog:
         self._meta.put(_TOPIC_KEY + topic.name.encode(), topic.encode())
         self._topics[topic.name] = topic
 
-    def remove(self, name: str) -> Topic:
+    def remove(self, name: str, also_delete: Sequence[bytes] = ()) -> Topic:
+        """Forget a topic, durably; `also_delete` (keys of what belongs to it, such as its
+        committed offsets) go in the same atomic batch."""
         topic = self._topics.pop(name, None)
         if topic is None:
             raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
-        self._meta.delete(_TOPIC_KEY + name.encode())
+        self._meta.write_batch({}, [_TOPIC_KEY + name.encode(), *also_delete])
         return topic

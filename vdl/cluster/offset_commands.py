@@ -32,6 +32,12 @@ part does not: `store_group` commands (group_commands.py) are replayed without a
 replay puts back the record this command dropped, and the drop must be replayed too; it
 deletes the record only if it is still of the generation the sweep saw, which replay
 reproduces exactly.
+
+Deleting a topic (the metadata group's `delete_topic`) deletes every group's committed
+offsets on it in the same step on every node, under the replay rule above (and advancing
+the index): a topic created again under the name starts with none, and a replay never
+deletes a commit made on the new topic. Kafka likewise removes a deleted topic's offsets
+when it is deleted; YDB drops a topic's consumers with it.
 """
 
 from __future__ import annotations
@@ -41,8 +47,9 @@ from collections.abc import Awaitable, Callable, Mapping
 import trio
 
 from vdl.backends.api import MetaStore
+from vdl.broker.topics import Topic
 from vdl.cluster.commands import Command
-from vdl.cluster.metadata import MetadataState, Outcome
+from vdl.cluster.metadata import MetadataState, Outcome, Placement
 from vdl.cluster.metadata_group import MetadataGroup
 from vdl.consensus.errors import ConsensusError, NotLeader
 from vdl.groups.offsets import (
@@ -134,6 +141,7 @@ class ReplicatedOffsets:
         self._state = state
         state.handlers[COMMIT_OFFSETS] = self._apply
         state.handlers[EXPIRE_GROUP] = self._apply_expiry
+        state.on_deleted.append(self._topic_deleted)
 
     def _apply(self, command: Command) -> Outcome:
         assert self._state is not None
@@ -170,6 +178,16 @@ class ReplicatedOffsets:
             self._meta.write_batch(puts, deletes, sync=False)
         self._applied_index = max(self._applied_index, index)
         return Outcome()
+
+    def _topic_deleted(self, topic: Topic, placement: Placement) -> None:
+        assert self._state is not None
+        index = self._state.applying_index
+        if index <= self._applied_index:
+            return  # replayed: the store already went past this deletion
+        deletes = self.store.keys_of_topic(topic.name)
+        # Unsynced, like a commit: the log replays it.
+        self._meta.write_batch({APPLIED_INDEX_KEY: str(index).encode()}, deletes, sync=False)
+        self._applied_index = index
 
     async def expire(self, expiry: Expiry) -> ErrorCode:
         """Propose an expiry; NONE once applied, else a retriable error (the next sweep

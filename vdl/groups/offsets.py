@@ -120,6 +120,11 @@ class OffsetStore:
             groups.setdefault(group, {})[tp] = decode_value(value)
         return groups
 
+    def keys_of_topic(self, topic: str) -> list[bytes]:
+        """The keys of every group's committed offsets on `topic` (a full scan: keys start
+        with the group, so deleting a topic is the one reader of all of them)."""
+        return [key for key, _ in self._meta.scan(_PREFIX) if _parse_full_key(key)[1][0] == topic]
+
     def fetch_all(self, group: str) -> dict[TopicPartition, CommittedOffset]:
         """Every partition the group has committed, in (topic, partition) key order."""
         prefix = _group_prefix(group)
