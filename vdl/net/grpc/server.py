@@ -148,6 +148,18 @@ class _ServerCall(CallIO):
         await self.send_message(message)
 
 
+def _client_cancelled(call: _ServerCall, exc: BaseException) -> bool:
+    """Whether ``exc`` is only what the client's reset of ``call`` makes the handler's
+    tasks raise (the reset GrpcErrors, CANCELLED, and Cancelled), and nothing else."""
+    if not call.is_reset:
+        return False
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_client_cancelled(call, inner) for inner in exc.exceptions)
+    if isinstance(exc, trio.Cancelled):
+        return True
+    return isinstance(exc, GrpcError) and exc.status is StatusCode.CANCELLED
+
+
 class _ServerConnection(ConnectionDriver):
     def __init__(self, server: GrpcServer, transport: trio.abc.Stream, peer: str) -> None:
         super().__init__(
@@ -264,14 +276,25 @@ class _ServerConnection(ConnectionDriver):
                     except GrpcError as exc:
                         status, message = exc.status, exc.message
                     except Exception as exc:
-                        logger.exception("handler for %s failed", context.method)
-                        status, message = StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"
+                        if _client_cancelled(call, exc):
+                            logger.debug("%s: cancelled by the client", context.method)
+                            status, message = StatusCode.CANCELLED, "call reset by the client"
+                        else:
+                            logger.exception("handler for %s failed", context.method)
+                            status = StatusCode.INTERNAL
+                            message = f"{type(exc).__name__}: {exc}"
             except Exception as exc:
                 # An error raised together with this call's cancellation (a group holding
                 # both) gets past the handler's except clauses once the scope has taken
-                # its Cancelled out; it must still end only this call.
-                logger.exception("handler for %s failed while cancelled", context.method)
-                status, message = StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"
+                # its Cancelled out; it must still end only this call. A client that
+                # resets its call (an SDK reader closed while its session starts) leaves
+                # every task of the handler failing with "reset": normal, not an error.
+                if _client_cancelled(call, exc):
+                    logger.debug("%s: cancelled by the client", context.method)
+                    status, message = StatusCode.CANCELLED, "call reset by the client"
+                else:
+                    logger.exception("handler for %s failed while cancelled", context.method)
+                    status, message = StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"
             if call.failure is not None:
                 # Whatever the handler made of it, the request stream was broken.
                 status, message = call.failure
