@@ -216,12 +216,14 @@ async def produce(client: Client, args: argparse.Namespace) -> int:
 
 
 async def consume(client: Client, args: argparse.Namespace) -> int:
-    if not args.consumer:
-        raise UsageError(
-            "--consumer is required: the node serves reads through a consumer registered with "
-            "the topic (vdl topic alter TOPIC --add-consumer NAME)"
-        )
+    consumer = args.consumer or None
     start_from: Any = args.start_from
+    if start_from is None:
+        # A consumer resumes where it committed; without one (as kcat -C or rpk topic
+        # consume without a group) every partition is read from its start.
+        start_from = "committed" if consumer else "earliest"
+    if start_from == "committed" and not consumer:
+        raise UsageError("--from committed needs --consumer: without one nothing is committed")
     if start_from not in ("earliest", "latest", "committed"):
         try:
             start_from = int(start_from)
@@ -235,7 +237,7 @@ async def consume(client: Client, args: argparse.Namespace) -> int:
         raise UsageError("--count must be at least 1")
     progress = Progress("consumed", args.quiet or args.count is None)
     out = sys.stdout.buffer
-    async with client.reader(args.topic, args.consumer, start_from=start_from) as reader:
+    async with client.reader(args.topic, consumer, start_from=start_from) as reader:
         while args.count is None or progress.count < args.count:
             try:
                 batch = await reader.receive_batch(timeout=args.idle_timeout)
@@ -245,7 +247,7 @@ async def consume(client: Client, args: argparse.Namespace) -> int:
                 batch = batch.head(args.count - progress.count)
             out.write(b"".join(m.data + b"\n" for m in batch.messages))
             out.flush()
-            if not args.no_commit:
+            if consumer and not args.no_commit:
                 await reader.commit(batch)
             progress.add(len(batch.messages))
     progress.done()
@@ -645,13 +647,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     cons = commands.add_parser("consume", parents=[common], help="print messages, one a line")
     cons.add_argument("topic")
-    cons.add_argument("--consumer", help="the consumer to read (and commit) as")
+    cons.add_argument(
+        "--consumer",
+        help="the consumer to read (and commit) as (default: none: every partition, no commits)",
+    )
     cons.add_argument(
         "--from",
         dest="start_from",
-        default="committed",
         metavar="earliest|latest|committed|OFFSET",
-        help="where partitions start (default: the consumer's committed offset)",
+        help="where partitions start (default: the consumer's committed offset, or earliest "
+        "without --consumer)",
     )
     cons.add_argument("--count", type=int, help="stop after N messages")
     cons.add_argument("--idle-timeout", type=float, help="stop after S seconds without data")

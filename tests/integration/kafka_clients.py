@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import struct
 import time
 from collections import defaultdict
 
@@ -10,6 +12,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTopicPartition
 from kafka.admin import NewTopic as KNewTopic
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 Message = tuple[int, int, bytes | None, bytes | None]  # partition, offset, key, value
 
@@ -148,3 +151,30 @@ def check_same_messages(
         assert offsets == sorted(acked[partition]), f"partition {partition} offsets differ"
         positions = [order[m[3]] for m in messages if m[3] is not None]
         assert positions == sorted(positions), f"partition {partition} out of produce order"
+
+
+def produce_raw(port: int, topic: str, records: bytes, version: int = 7) -> int:
+    """Send one Produce request for partition 0 of ``topic`` holding exactly ``records``
+    (batches no client library would build); return the partition's error code."""
+    request = ProduceRequest(
+        transactional_id=None,
+        acks=-1,
+        timeout_ms=5000,
+        topic_data=[
+            ProduceRequest.TopicProduceData(
+                name=topic,
+                partition_data=[
+                    ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=records)
+                ],
+            )
+        ],
+        version=version,
+    )
+    request.with_header(correlation_id=1, client_id="raw")
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(bytes(request.encode(header=True, framed=True)))
+        sock.settimeout(10)
+        size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
+        payload = sock.recv(size, socket.MSG_WAITALL)
+    response = ProduceResponse.decode(payload[4:], version=version)
+    return int(response.responses[0].partition_responses[0].error_code)

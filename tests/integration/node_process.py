@@ -124,6 +124,15 @@ class NodeProcess:
                     return int(line.split()[1]) * 1024
         raise AssertionError("no VmRSS in /proc status")
 
+    def peak_rss(self) -> int:
+        """The node process's peak resident set size so far (VmHWM), in bytes."""
+        assert self.process is not None
+        with open(f"/proc/{self.process.pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+        raise AssertionError("no VmHWM in /proc status")
+
     def stage_snapshot(self, timeout: float = 10.0) -> tuple[dict[str, Histogram], dict[str, int]]:
         """Ask the node for its stage histograms and counters (SIGUSR1, vdl/node.py) and read
         them once written: the histograms merged by name, the counters by labelled name."""

@@ -103,8 +103,12 @@ def test_errors_are_clear_and_exit_non_zero(node: NodeProcess) -> None:
     missing = vdl("topic", "describe", "nope", endpoint=endpoint)
     assert missing.returncode == 1 and b"SCHEME_ERROR" in missing.stderr
 
-    no_consumer = vdl("consume", "nope", endpoint=endpoint)
-    assert no_consumer.returncode == 2 and b"--consumer is required" in no_consumer.stderr
+    no_topic = vdl("consume", "nope", "--from", "earliest", endpoint=endpoint)
+    assert no_topic.returncode == 1 and b"SCHEME_ERROR" in no_topic.stderr
+
+    nothing_committed = vdl("consume", "nope", "--from", "committed", endpoint=endpoint)
+    assert nothing_committed.returncode == 2
+    assert b"--from committed needs --consumer" in nothing_committed.stderr
 
     bad_from = vdl("consume", "t", "--consumer", "c", "--from", "soon", endpoint=endpoint)
     assert bad_from.returncode == 2 and b"--from must be" in bad_from.stderr
@@ -112,9 +116,25 @@ def test_errors_are_clear_and_exit_non_zero(node: NodeProcess) -> None:
     no_action = vdl("topic")
     assert no_action.returncode == 2
 
-    ok(vdl("topic", "create", "dup", endpoint=endpoint))
-    again = vdl("topic", "create", "dup", endpoint=endpoint)
-    assert again.returncode == 1 and b"ALREADY_EXISTS" in again.stderr
+    # As YDB: creating a topic that exists succeeds and leaves the topic as it was.
+    ok(vdl("topic", "create", "dup", "--partitions", "2", endpoint=endpoint))
+    ok(vdl("topic", "create", "dup", "--partitions", "5", endpoint=endpoint))
+    described = ok(vdl("topic", "describe", "dup", endpoint=endpoint)).splitlines()
+    assert [row.split()[0] for row in described if row[:1].isdigit()] == ["0", "1"]
+
+
+def test_consume_without_a_consumer(node: NodeProcess) -> None:
+    """As a new user tries it (and as kcat -C or rpk topic consume read): no consumer."""
+    endpoint = f"grpc://{node.grpc_address}"
+    ok(vdl("topic", "create", "t", "--partitions", "3", endpoint=endpoint))
+    lines = [f"line {i}" for i in range(5)]
+    ok(vdl("produce", "t", endpoint=endpoint, stdin="\n".join(lines).encode() + b"\n"))
+    consumed = vdl("consume", "t", "--from", "earliest", "--count", "5", endpoint=endpoint)
+    assert sorted(ok(consumed).splitlines()) == lines
+    # Nothing was committed (there is no consumer to commit as): a second run reads the
+    # same five, and the default start without --consumer is the earliest offset.
+    again = vdl("consume", "t", "--count", "5", endpoint=endpoint)
+    assert sorted(ok(again).splitlines()) == lines
 
 
 def test_cluster_status_and_groups_through_the_admin_api(node: NodeProcess) -> None:

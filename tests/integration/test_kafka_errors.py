@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
-import struct
 import time
 from pathlib import Path
 
@@ -13,7 +11,6 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition as ATopicPartition
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import OffsetOutOfRangeError
-from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from tests.integration.kafka_clients import (
@@ -21,6 +18,7 @@ from tests.integration.kafka_clients import (
     confluent_consume_all,
     confluent_produce,
     kafka_python_create_topic,
+    produce_raw,
 )
 from tests.integration.node_process import NodeProcess
 
@@ -69,28 +67,7 @@ def test_unknown_topic_without_auto_create(tmp_path: Path) -> None:
 
 def _produce_raw(node: NodeProcess, records: bytes, version: int = 7) -> int:
     """Send one Produce request with the given batch bytes; return its partition error."""
-    request = ProduceRequest(
-        transactional_id=None,
-        acks=-1,
-        timeout_ms=5000,
-        topic_data=[
-            ProduceRequest.TopicProduceData(
-                name="raw",
-                partition_data=[
-                    ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=records)
-                ],
-            )
-        ],
-        version=version,
-    )
-    request.with_header(correlation_id=1, client_id="raw")
-    with socket.create_connection(("127.0.0.1", node.kafka_port)) as sock:
-        sock.sendall(bytes(request.encode(header=True, framed=True)))
-        sock.settimeout(10)
-        size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
-        payload = sock.recv(size, socket.MSG_WAITALL)
-    response = ProduceResponse.decode(payload[4:], version=version)
-    return int(response.responses[0].partition_responses[0].error_code)
+    return produce_raw(node.kafka_port, "raw", records, version)
 
 
 def _batch(producer_id: int = -1, sequence: int = -1) -> bytearray:

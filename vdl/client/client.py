@@ -35,7 +35,7 @@ class Client:
     def reader(
         self,
         topic: str,
-        consumer: str,
+        consumer: str | None,
         *,
         start_from: StartFrom = None,
         partitions: tuple[int, ...] | None = None,

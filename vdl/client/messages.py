@@ -48,6 +48,9 @@ class ReadMessage:
     metadata: Mapping[str, bytes]
     topic: str
     partition: int
+    #: 1 (RAW): ``data`` is the message as written. A custom codec (10000 and above): the
+    #: writer encoded ``data`` with it and the server passed it through untouched.
+    codec: int = 1
 
     @property
     def created_at(self) -> dt.datetime:

@@ -10,11 +10,14 @@ them. When the stream breaks, its sessions die with it: buffered batches of thos
 are dropped (the server delivers them again from the committed offset) and their pending
 commits fail with CommitError. ``close()`` therefore does not reconnect: it waits for the
 acks of commits already made on the live stream, then stops.
+
+A reader without a consumer (``consumer=None``) reads the partitions it names, or every
+partition of the topic, from their start (or ``start_from``) and cannot commit: the server
+stores nothing for it, as YDB does for a read session without a consumer.
 """
 
 from __future__ import annotations
 
-import gzip
 import math
 from collections import deque
 from collections.abc import AsyncIterator
@@ -24,6 +27,7 @@ from typing import Any, Literal
 
 import trio
 
+from vdl.client.admin import Admin
 from vdl.client.connection import Connection
 from vdl.client.errors import (
     ClosedError,
@@ -34,6 +38,9 @@ from vdl.client.errors import (
 )
 from vdl.client.messages import ReadMessage
 from vdl.client.stream_sessions import run_sessions
+from vdl.log.batch_header import COMPRESSION_GZIP, COMPRESSION_ZSTD
+from vdl.log.codecs import CodecError, decompress
+from vdl.log.ydb_mapping import CODEC_GZIP, CODEC_RAW, CODEC_ZSTD, is_custom_codec
 from vdl.net.grpc import GrpcChannel, GrpcError, StatusCode
 from vdl.net.grpc.client import ClientStream
 from vdl.net.grpc.driver import Signal, unwrap_single_exception
@@ -42,7 +49,8 @@ from vdl.net.ydb.protos import ydb_topic_pb2
 READ_METHOD = "/Ydb.Topic.V1.TopicService/StreamRead"
 FromClient = ydb_topic_pb2.StreamReadMessage.FromClient
 FromServer = ydb_topic_pb2.StreamReadMessage.FromServer
-CODEC_RAW, CODEC_GZIP = 1, 2
+# YDB codecs this reader decodes, as the Kafka codec of the same format (vdl.log.codecs).
+_DECODED = {CODEC_GZIP: COMPRESSION_GZIP, CODEC_ZSTD: COMPRESSION_ZSTD}
 
 #: Where a partition starts the first time this reader gets it: the consumer's committed
 #: offset (None), the first or the next-to-be-written offset, or an explicit offset.
@@ -51,8 +59,10 @@ StartFrom = None | Literal["earliest", "latest"] | int
 
 @dataclass(frozen=True, slots=True)
 class ReaderSettings:
-    consumer: str
-    #: Only these partitions (None: whatever the server assigns).
+    #: The consumer to read (and commit) as; None: read without one (no commits).
+    consumer: str | None
+    #: Only these partitions (None: whatever the server assigns, or without a consumer
+    #: every partition of the topic).
     partitions: tuple[int, ...] | None = None
     start_from: StartFrom = None
     buffer_bytes: int = 16 << 20
@@ -92,11 +102,17 @@ class Batch:
 
 
 def _decode(codec: int, data: bytes) -> bytes:
-    if codec in (CODEC_RAW, 0):
+    """The payload of a batch in ``codec``; a custom codec's (10000 and above) is left as
+    the writer encoded it, for the application (``ReadMessage.codec`` names it)."""
+    if codec in (CODEC_RAW, 0) or is_custom_codec(codec):
         return data
-    if codec == CODEC_GZIP:
-        return gzip.decompress(data)
-    raise ProtocolError(f"codec {codec} is not supported by this reader")
+    kafka_codec = _DECODED.get(codec)
+    if kafka_codec is None:
+        raise ProtocolError(f"codec {codec} is not supported by this reader")
+    try:
+        return decompress(kafka_codec, data)
+    except CodecError as exc:
+        raise ProtocolError(f"cannot decode a codec {codec} batch: {exc}") from None
 
 
 class Reader:
@@ -149,6 +165,8 @@ class Reader:
         """Send the commit of ``batch`` (everything up to its last message is processed);
         returns without waiting for the server's ack."""
         session = batch._session
+        if self.settings.consumer is None:
+            raise CommitError("a reader without a consumer cannot commit")
         if self._error is not None:
             raise self._error
         if not session.alive or self._outbox is None:
@@ -228,10 +246,15 @@ class Reader:
             self._error = error
 
     async def _session(self, channel: GrpcChannel) -> None:
+        partitions = self.settings.partitions
+        if self.settings.consumer is None and partitions is None:
+            # Named explicitly: a server without auto-partitioning support wants them.
+            described = await Admin(self._connection).describe_topic(self.topic)
+            partitions = tuple(p.partition for p in described.partitions)
         send, outgoing = trio.open_memory_channel[bytes](64)
         try:
             async with channel.stream(READ_METHOD, self._connection.metadata()) as call:
-                await call.send(self._init_request().SerializeToString())
+                await call.send(self._init_request(partitions).SerializeToString())
                 reply = await self._receive(call)
                 if reply.WhichOneof("server_message") != "init_response":
                     raise ProtocolError("the first reply to a reader must be init_response")
@@ -256,13 +279,14 @@ class Reader:
             self._batches.clear()
             self._changed.fire()
 
-    def _init_request(self) -> FromClient:
+    def _init_request(self, partitions: tuple[int, ...] | None) -> FromClient:
         request = FromClient()
         init = request.init_request
-        init.consumer = self.settings.consumer
+        if self.settings.consumer is not None:
+            init.consumer = self.settings.consumer
         selector = init.topics_read_settings.add(path=self.topic)
-        if self.settings.partitions is not None:
-            selector.partition_ids.extend(self.settings.partitions)
+        if partitions is not None:
+            selector.partition_ids.extend(partitions)
         return request
 
     async def _receive(self, call: ClientStream) -> FromServer:
@@ -355,6 +379,7 @@ class Reader:
                     messages.append(
                         ReadMessage(
                             data=_decode(batch.codec, data.data),
+                            codec=batch.codec if is_custom_codec(batch.codec) else CODEC_RAW,
                             offset=int(data.offset),
                             seq_no=int(data.seq_no),
                             created_at_ms=data.created_at.ToMilliseconds(),

@@ -11,8 +11,6 @@ records inside a batch and the rules a produced batch must follow.
 
 from __future__ import annotations
 
-import gzip
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal, overload
@@ -40,6 +38,14 @@ from vdl.log.batch_header import (
     write_header,
 )
 from vdl.log.batch_header import HEADER_SIZE as BATCH_HEADER_SIZE
+from vdl.log.codecs import (
+    MAX_DECOMPRESSED_BYTES,
+    CorruptPayload,
+    PayloadTooLarge,
+    UnknownCodec,
+    compress,
+    decompress,
+)
 from vdl.log.error_codes import ErrorCode
 
 __all__ = [
@@ -79,7 +85,7 @@ class InvalidBatch(Exception):
 
 
 class UnsupportedCodec(NotImplementedError):
-    """Records compressed with a codec this module cannot (de)compress."""
+    """Records compressed with a codec outside Kafka's 0-4 (attributes bits 0-2 hold 5-7)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,20 +272,18 @@ def build_batch(
     partition_leader_epoch: int = -1,
     is_transactional: bool = False,
 ) -> bytes:
-    """Encode records as one CreateTime batch (uncompressed or gzip)."""
+    """Encode records as one CreateTime batch, compressed with any Kafka codec."""
     if not records:
         raise ValueError("a batch needs at least one record")
-    if compression not in (COMPRESSION_NONE, COMPRESSION_GZIP):
-        raise UnsupportedCodec(f"cannot compress with codec {compression}")
     first_ts = records[0].timestamp_ms
     max_ts = max(r.timestamp_ms for r in records)
     body = bytearray()
     for i, rec in enumerate(records):
         _encode_record(body, i, rec.timestamp_ms - first_ts, rec)
-    payload: bytes | bytearray = body
-    if compression == COMPRESSION_GZIP:
-        # mtime=0 keeps the output deterministic for a given input.
-        payload = gzip.compress(bytes(body), mtime=0)
+    try:
+        payload = body if compression == COMPRESSION_NONE else compress(compression, body)
+    except UnknownCodec as exc:
+        raise UnsupportedCodec(str(exc)) from None
     attributes = compression | (ATTR_TRANSACTIONAL if is_transactional else 0)
     out = bytearray(BATCH_HEADER_SIZE)
     out += payload
@@ -349,12 +353,14 @@ def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[memoryview]:
 
 
 def iter_records(
-    batch: bytes | bytearray | memoryview, *, max_uncompressed_bytes: int = 256 << 20
+    batch: bytes | bytearray | memoryview,
+    *,
+    max_uncompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
 ) -> Iterator[DecodedRecord]:
-    """Decode the records of one batch (uncompressed or gzip).
+    """Decode the records of one batch, whatever its Kafka codec (see ``codecs``).
 
-    ``max_uncompressed_bytes`` bounds gzip inflation so a small batch cannot
-    expand without limit in memory.
+    ``max_uncompressed_bytes`` bounds decompression, so a small batch cannot expand without
+    limit in memory: beyond it the batch is an InvalidBatch (MESSAGE_TOO_LARGE).
     """
     info = parse_batch_header(batch)
     if info.magic != 2:
@@ -367,10 +373,15 @@ def iter_records(
     data: bytes
     if codec == COMPRESSION_NONE:
         data = bytes(raw)
-    elif codec == COMPRESSION_GZIP:
-        data = _gunzip(raw, max_uncompressed_bytes)
     else:
-        raise UnsupportedCodec(f"cannot decompress codec {codec}")
+        try:
+            data = decompress(codec, raw, max_uncompressed_bytes)
+        except UnknownCodec as exc:
+            raise UnsupportedCodec(str(exc)) from None
+        except PayloadTooLarge as exc:
+            raise InvalidBatch(ErrorCode.MESSAGE_TOO_LARGE, str(exc)) from None
+        except CorruptPayload as exc:
+            raise _corrupt(str(exc)) from None
     log_append = info.timestamp_type == TIMESTAMP_LOG_APPEND_TIME
     pos = 0
     end = len(data)
@@ -403,15 +414,3 @@ def iter_records(
             value=value,
             headers=headers,
         )
-
-
-def _gunzip(raw: memoryview, limit: int) -> bytes:
-    # wbits=47 accepts gzip or zlib headers; Kafka producers send gzip.
-    inflater = zlib.decompressobj(wbits=47)
-    try:
-        out = inflater.decompress(raw, limit + 1)
-    except zlib.error as exc:
-        raise _corrupt(f"gzip payload: {exc}") from exc
-    if len(out) > limit:
-        raise InvalidBatch(ErrorCode.MESSAGE_TOO_LARGE, f"gzip payload inflates beyond {limit}")
-    return out

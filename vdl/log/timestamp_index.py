@@ -79,8 +79,9 @@ def first_record_at(batch: Buffer, timestamp_ms: int) -> tuple[int, int]:
 
     Decodes the records (CPU work, and decompression: callers off the event loop run it in
     a worker thread). A LogAppendTime batch stamps every record with its max timestamp, so
-    its first record is the answer. Records this module cannot decode (snappy, lz4, zstd)
-    leave the batch's first offset, the best answer without them.
+    its first record is the answer. Every Kafka codec is decoded (``vdl.log.codecs``); a
+    batch that still cannot be (corrupt, or expanding beyond the decompression limit)
+    leaves its first offset, the best answer without its records.
     """
     info = parse_batch_header(batch)
     if info.timestamp_type != TIMESTAMP_LOG_APPEND_TIME:

@@ -18,6 +18,13 @@ offset                      offset
 uncompressed_size           len(value)
 ==========================  =====================================================
 
+Codecs: a write in RAW, GZIP or ZSTD is stored decoded (any reader, Kafka or YDB, sees the
+original bytes) and reads as RAW. A custom codec (YDB numbers them from 10000) cannot be
+decoded by the server: YDB hands such data from writer to reader untouched, and so does
+VDL. The value is the data as the writer encoded it, the header ``__ydb.codec`` holds the
+codec (decimal ASCII) and ``__ydb.uncompressed_size`` the size the writer declared; a YDB
+reader gets that codec and size back, a Kafka consumer the encoded bytes and both headers.
+
 A record written by a Kafka client reads with these defaults: seq_no 0, producer_id "",
 message_group_id = the key if it is valid UTF-8 (else ""), created_at = written_at = the
 record timestamp, every header a metadata item (a null header value reads as b""), data =
@@ -34,7 +41,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from vdl.log.record_batch import (
-    COMPRESSION_NONE,
     DecodedRecord,
     InvalidBatch,
     Record,
@@ -48,6 +54,26 @@ SEQ_NO = "__ydb.seq_no"
 PRODUCER_ID = "__ydb.producer_id"
 WRITTEN_AT = "__ydb.written_at"
 SESSION_META = "__ydb.meta."
+CODEC = "__ydb.codec"
+UNCOMPRESSED_SIZE = "__ydb.uncompressed_size"
+# YDB's Codec enum (ydb_topic.proto): what a write or read batch says its data holds.
+CODEC_RAW = 1
+CODEC_GZIP = 2
+CODEC_LZOP = 3
+CODEC_ZSTD = 4
+CODEC_CUSTOM = 10000  # this and above: the application's own, passed through untouched
+
+
+def is_custom_codec(codec: int) -> bool:
+    return codec >= CODEC_CUSTOM
+
+
+def codec_headers(codec: int, uncompressed_size: int) -> tuple[tuple[str, bytes], ...]:
+    """The headers a message written with ``codec`` carries beyond its metadata items:
+    none for data stored decoded, the codec and declared size for a custom codec."""
+    if not is_custom_codec(codec):
+        return ()
+    return ((CODEC, str(codec).encode()), (UNCOMPRESSED_SIZE, str(uncompressed_size).encode()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +89,14 @@ class YdbMessage:
     written_at_ms: int = 0
     write_session_meta: Mapping[str, str] = field(default_factory=dict)
     offset: int = -1
+    # RAW, or a custom codec ``data`` is still encoded with.
+    codec: int = CODEC_RAW
+    # The writer's declared size for a custom codec; -1: len(data).
+    uncompressed_size: int = -1
+
+    @property
+    def size(self) -> int:
+        return len(self.data) if self.uncompressed_size < 0 else self.uncompressed_size
 
 
 def is_reserved_key(key: str) -> bool:
@@ -71,6 +105,7 @@ def is_reserved_key(key: str) -> bool:
 
 def to_record(message: YdbMessage) -> Record:
     headers: list[tuple[str, bytes | None]] = list(message.metadata_items)
+    headers.extend(codec_headers(message.codec, message.size))
     headers.append((SEQ_NO, str(message.seq_no).encode()))
     headers.append((PRODUCER_ID, message.producer_id.encode()))
     headers.append((WRITTEN_AT, str(message.written_at_ms).encode()))
@@ -97,6 +132,8 @@ def from_record(record: DecodedRecord) -> YdbMessage:
     written_at = record.timestamp_ms
     items: list[tuple[str, bytes]] = []
     session_meta: dict[str, str] = {}
+    codec = CODEC_RAW
+    uncompressed_size = -1
     for key, value in record.headers:
         if not key.startswith(RESERVED_PREFIX):
             items.append((key, value if value is not None else b""))
@@ -108,6 +145,12 @@ def from_record(record: DecodedRecord) -> YdbMessage:
             written_at = _int_header(value, record.timestamp_ms)
         elif key.startswith(SESSION_META):
             session_meta[key[len(SESSION_META) :]] = (value or b"").decode("utf-8", "replace")
+        elif key == CODEC:
+            # Only a custom codec passes through; anything else was stored decoded.
+            number = _int_header(value, CODEC_RAW)
+            codec = number if is_custom_codec(number) else CODEC_RAW
+        elif key == UNCOMPRESSED_SIZE:
+            uncompressed_size = _int_header(value, -1)
     group = ""
     if record.key is not None:
         try:
@@ -124,6 +167,8 @@ def from_record(record: DecodedRecord) -> YdbMessage:
         written_at_ms=written_at,
         write_session_meta=session_meta,
         offset=record.offset,
+        codec=codec,
+        uncompressed_size=uncompressed_size if codec != CODEC_RAW else -1,
     )
 
 
@@ -165,12 +210,13 @@ class YdbProducerTable:
     def scan(self, batches: Iterable[bytes | bytearray | memoryview]) -> None:
         """Fold stored batches (in log order) into the table.
 
-        YDB writes are always stored uncompressed, so a compressed batch (a Kafka client's)
-        carries no YDB producer and is skipped without decoding; a batch whose records do
-        not decode is skipped too: a Kafka client's bad batch must not stop a replica.
+        YDB writes are stored uncompressed, but a Kafka client may carry YDB-written
+        records (``__ydb.*`` headers and all) into a compressed batch, as a tool mirroring
+        a topic does, so every codec is decoded, as YDB readers see it. A batch whose
+        records do not decode is skipped: a Kafka client's bad batch must not stop a replica.
         """
         for batch in batches:
-            if parse_batch_header(batch).compression != COMPRESSION_NONE:
+            if parse_batch_header(batch).is_control:
                 continue
             try:
                 records = list(iter_records(batch))

@@ -129,11 +129,34 @@ def test_iter_records_of_kafka_python_batch(compression: int) -> None:
 
 
 def test_iter_records_unsupported_codec() -> None:
-    batch = patch(build_batch(RECORDS), ">h", bh.ATTRIBUTES_AT, 2)  # snappy
+    # Attribute bits 0-2 can say 5-7, which no Kafka codec is.
+    batch = patch(build_batch(RECORDS), ">h", bh.ATTRIBUTES_AT, 5)
     with pytest.raises(UnsupportedCodec):
         list(iter_records(batch))
     with pytest.raises(NotImplementedError):
-        build_batch(RECORDS, compression=3)
+        build_batch(RECORDS, compression=5)
+
+
+@pytest.mark.parametrize("compression", [1, 2, 3, 4])
+def test_iter_records_of_every_codec(compression: int) -> None:
+    recs = [Record(b"k%d" % i, b"value %d " % i * 50, 1_700_000_000_000 + i, []) for i in range(40)]
+    batch = build_batch(recs, compression=compression)
+    assert parse_batch_header(batch).compression == compression
+    assert len(batch) < sum(len(r.value or b"") for r in recs)  # it did compress
+    got = list(iter_records(assign_offsets(batch, 7, 1)))
+    assert [(r.offset, r.key, r.value, r.timestamp_ms) for r in got] == [
+        (7 + i, r.key, r.value, r.timestamp_ms) for i, r in enumerate(recs)
+    ]
+
+
+@pytest.mark.parametrize("compression", [1, 2, 3, 4])
+def test_iter_records_bounds_decompression(compression: int) -> None:
+    recs = [Record(None, b"\0" * 100_000, 5, []) for _ in range(20)]
+    batch = build_batch(recs, compression=compression)
+    with pytest.raises(InvalidBatch) as caught:
+        list(iter_records(batch, max_uncompressed_bytes=1_000_000))
+    assert caught.value.error_code == ErrorCode.MESSAGE_TOO_LARGE
+    assert len(list(iter_records(batch, max_uncompressed_bytes=3_000_000))) == 20
 
 
 def test_iter_records_corrupt_body() -> None:

@@ -14,8 +14,12 @@ from vdl.log.flusher import Flusher
 from vdl.log.record_batch import DecodedRecord, build_batch, iter_records, parse_batch_header
 from vdl.log.stream import LogStream
 from vdl.log.ydb_mapping import (
+    CODEC,
+    CODEC_RAW,
+    UNCOMPRESSED_SIZE,
     YdbMessage,
     YdbProducerTable,
+    codec_headers,
     from_record,
     is_reserved_key,
     to_record,
@@ -99,6 +103,34 @@ def test_producer_table_scans_batches() -> None:
     assert table.last_seq_no("p") == 2
     assert table.last_seq_no("q") == 9
     assert table.last("q").offset == 2  # type: ignore[union-attr]
+
+
+def test_producer_table_scans_compressed_batches() -> None:
+    # A Kafka client copying YDB-written records (a mirroring tool) may compress them.
+    records = [to_record(YdbMessage(b"a", seq_no=s, producer_id="p")) for s in (3, 4)]
+    table = YdbProducerTable()
+    table.scan([build_batch(records, base_offset=10, compression=c) for c in (1, 4)])
+    assert table.last_seq_no("p") == 4
+    assert table.last("p").offset == 11  # type: ignore[union-attr]
+
+
+def test_custom_codec_survives_the_kafka_record() -> None:
+    message = YdbMessage(b"\x00encoded", seq_no=1, codec=10001, uncompressed_size=77)
+    headers = dict(to_record(message).headers)
+    assert headers[CODEC] == b"10001" and headers[UNCOMPRESSED_SIZE] == b"77"
+    (back,) = _roundtrip([message])
+    assert (back.data, back.codec, back.size, back.metadata_items) == (
+        b"\x00encoded",
+        10001,
+        77,
+        (),
+    )
+    # Data stored decoded reads as RAW, whatever a header claims.
+    (plain,) = _roundtrip([YdbMessage(b"x", metadata_items=())])
+    assert (plain.codec, plain.size) == (CODEC_RAW, 1)
+    assert codec_headers(CODEC_RAW, 5) == () and codec_headers(4, 5) == ()
+    spoofed = DecodedRecord(0, 0, None, b"x", [(CODEC, b"4"), (UNCOMPRESSED_SIZE, b"9")])
+    assert (from_record(spoofed).codec, from_record(spoofed).size) == (CODEC_RAW, 1)
 
 
 @pytest.mark.parametrize("backend", LOG_BACKENDS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import uuid
 
+import cramjam
 import pytest
 from ydb._grpc.v6.protos import ydb_topic_pb2 as sdk_topic
 
@@ -34,11 +35,32 @@ def test_codecs() -> None:
     assert advertised_codecs(Topic("t", 1, uuid.uuid4(), supported_codecs=(1, 2))) == [1, 2]
     assert decode_payload(1, b"raw", 10) == b"raw"
     assert decode_payload(2, gzip.compress(b"zipped"), 100) == b"zipped"
-    # Inflation stops just past the limit, so the caller's size check sees the excess.
-    assert len(decode_payload(2, gzip.compress(bytes(10_000)), 100)) == 101
-    for codec, data in [(2, b"not gzip"), (4, b"zstd")]:
-        with pytest.raises(YdbError):
+    assert decode_payload(4, bytes(cramjam.zstd.compress(b"zstd data")), 100) == b"zstd data"
+    # Inflation stops past the limit: None, and the caller names the message.
+    assert decode_payload(2, gzip.compress(bytes(10_000)), 100) is None
+    assert decode_payload(4, bytes(cramjam.zstd.compress(bytes(10_000))), 100) is None
+    # A custom codec's payload is the server's to keep as it is, never to decode.
+    assert decode_payload(10001, b"\x01opaque", 100) == b"\x01opaque"
+    for codec, data in [(2, b"not gzip"), (4, b"not zstd"), (3, b"lzop"), (5, b"?"), (999, b"")]:
+        with pytest.raises(YdbError) as failure:
             decode_payload(codec, data, 100)
+        assert failure.value.status == StatusIds.BAD_REQUEST
+
+
+def test_custom_codec_messages_go_out_in_their_own_batch() -> None:
+    messages = [
+        YdbMessage(b"a", 1, 1000, "g", (), "p1", 2000, {}, offset=10),
+        YdbMessage(
+            b"enc", 2, 1001, "g", (), "p1", 2000, {}, offset=11, codec=10001, uncompressed_size=42
+        ),
+    ]
+    reply = ydb_topic_pb2.StreamReadMessage.FromServer(status=wire(StatusIds.SUCCESS))
+    fill_partition_data(reply.read_response.partition_data.add(partition_session_id=7), messages)
+    parsed = sdk_topic.StreamReadMessage.FromServer.FromString(reply.SerializeToString())
+    plain, custom = parsed.read_response.partition_data[0].batches
+    assert (plain.codec, plain.message_data[0].uncompressed_size) == (1, 1)
+    assert (custom.codec, custom.message_data[0].data) == (10001, b"enc")
+    assert custom.message_data[0].uncompressed_size == 42
 
 
 def test_read_response_as_the_sdk_parses_it() -> None:

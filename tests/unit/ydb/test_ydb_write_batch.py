@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from vdl.log.record_batch import build_batch, iter_records, parse_batch_header
-from vdl.log.ydb_mapping import YdbMessage, from_record, to_record
+from vdl.log.ydb_mapping import YdbMessage, codec_headers, from_record, to_record
 from vdl.net.ydb.write_batch import PendingMessage, SessionBatchEncoder
 
 
@@ -86,3 +86,24 @@ def test_same_bytes_as_the_mapping(
 def test_empty_batch_is_refused() -> None:
     with pytest.raises(ValueError):
         SessionBatchEncoder("p", "p", {}).encode([], 0)
+
+
+def test_custom_codec_headers_match_the_mapping() -> None:
+    # The write session appends a custom codec's headers after the metadata items.
+    items = (("k", b"v"),)
+    pending = PendingMessage(b"enc", 5, 1_000, metadata_items=items + codec_headers(10007, 99))
+    encoded = SessionBatchEncoder("p", "g", {}).encode([pending], 2_000)
+    message = YdbMessage(
+        data=b"enc",
+        seq_no=5,
+        created_at_ms=1_000,
+        message_group_id="g",
+        metadata_items=items,
+        producer_id="p",
+        written_at_ms=2_000,
+        codec=10007,
+        uncompressed_size=99,
+    )
+    assert bytes(encoded) == build_batch([to_record(message)])
+    (back,) = [from_record(r) for r in iter_records(bytes(encoded))]
+    assert (back.codec, back.size, back.metadata_items) == (10007, 99, items)

@@ -19,7 +19,9 @@ import trio
 
 from vdl.broker.broker import Broker
 from vdl.broker.topics import Topic, TopicConsumer, TopicError, validate_configs
+from vdl.log.error_codes import ErrorCode
 from vdl.log.stream import LogStream
+from vdl.log.ydb_mapping import CODEC_GZIP, CODEC_RAW, CODEC_ZSTD, is_custom_codec
 from vdl.net.grpc import ServerContext
 from vdl.net.ydb.cluster import YdbCluster
 from vdl.net.ydb.offsets import ConsumerOffsets
@@ -27,10 +29,9 @@ from vdl.net.ydb.operation import StatusIds, YdbError
 from vdl.net.ydb.paths import topic_name, topic_path
 from vdl.net.ydb.protos import ydb_scheme_pb2, ydb_topic_pb2
 
-CODEC_RAW = 1
-CODEC_GZIP = 2
-# What the write path can decode; other codecs cannot be stored as Kafka records.
-SERVED_CODECS = (CODEC_RAW, CODEC_GZIP)
+# What the write path stores: RAW, GZIP and ZSTD decoded, custom codecs (>= 10000) as the
+# writer encoded them. LZOP is refused: the data could not be stored decoded.
+SERVED_CODECS = (CODEC_RAW, CODEC_GZIP, CODEC_ZSTD)
 _MIB = 1024 * 1024
 _AUTO_PARTITIONING_OFF = (0, 1)  # UNSPECIFIED, DISABLED
 _REPLICA_CATCH_UP_S = 2.0
@@ -43,10 +44,11 @@ def duration_ms(duration: Any) -> int:
 def _check_codecs(codecs: Iterable[int]) -> tuple[int, ...]:
     result = tuple(dict.fromkeys(int(c) for c in codecs))
     for codec in result:
-        if codec not in SERVED_CODECS:
+        if codec not in SERVED_CODECS and not is_custom_codec(codec):
             raise YdbError(
                 StatusIds.BAD_REQUEST,
-                f"codec {codec} is not supported; use RAW (1) or GZIP (2)",
+                f"codec {codec} is not supported; use RAW (1), GZIP (2), ZSTD (4) "
+                f"or a custom codec (10000 and above)",
             )
     return result
 
@@ -128,17 +130,24 @@ class TopicAdmin:
             int(request.retention_storage_mb) or None,
         )
         consumers = [_consumer_from_proto(c) for c in request.consumers]
-        topic = self._broker.create_topic(
-            name,
-            partitions,
-            configs,
-            consumers=consumers,
-            supported_codecs=_check_codecs(request.supported_codecs.codecs),
-            attributes=dict(request.attributes),
-            validate_only=self._cluster is not None,
-        )
-        if self._cluster is not None:
-            await self._cluster.create_topic(topic)
+        try:
+            topic = self._broker.create_topic(
+                name,
+                partitions,
+                configs,
+                consumers=consumers,
+                supported_codecs=_check_codecs(request.supported_codecs.codecs),
+                attributes=dict(request.attributes),
+                validate_only=self._cluster is not None,
+            )
+            if self._cluster is not None:
+                await self._cluster.create_topic(topic)
+        except TopicError as exc:
+            if exc.error != ErrorCode.TOPIC_ALREADY_EXISTS:
+                raise
+            # YDB answers SUCCESS and leaves the topic as it is: the scheme shard accepts an
+            # existing path of the same type (StatusAlreadyExists), which the topic service
+            # reports as success; the ydb SDK's control-plane tests create a topic twice.
         return ydb_topic_pb2.CreateTopicResult()
 
     def _local_stream(self, topic: Topic, partition: int) -> LogStream | None:

@@ -1,4 +1,4 @@
-"""``Ydb.Topic.V1/StreamRead``: one read session per call, for one consumer.
+"""``Ydb.Topic.V1/StreamRead``: one read session per call, for one consumer or for none.
 
 Partitions are handed out by the :class:`ReadCoordinator` among every live session of the
 consumer; a session tells its client ``start_partition_session`` for each partition it
@@ -8,9 +8,20 @@ give up. Data flows only for started sessions and only against the client's byte
 (in-stream, and ``CommitOffset``) go to the offsets store shared with Kafka consumer groups
 and are answered with the partition's committed offset once durable.
 
+A session without a consumer (``InitRequest.consumer`` empty) reads the partitions it names
+(``partition_ids``; all of them when it names none and says ``auto_partitioning_support``,
+else BAD_REQUEST), from each partition's start or the topic's ``read_from``, with no
+balancing among sessions and nothing stored: a commit on it (in-stream, or a
+``commit_offset`` in ``start_partition_session_response``) ends the session with
+BAD_REQUEST, as YDB's read session actor does ("can't commit when reading without a
+consumer"). A topic's ``max_lag`` (either kind of session) skips the messages written
+longer ago than that, as its proto comment says.
+
 Records are converted by ``vdl.log.ydb_mapping``: YDB-written messages come back with their
 seq_no, producer and metadata; Kafka-written records read with that module's defaults.
-Batches are always sent with codec RAW.
+Batches are sent with codec RAW: stored batches are decompressed here whatever the Kafka
+codec that wrote them (``vdl.log.codecs``; in a worker thread when a read meets many
+compressed bytes), except for messages written with a custom codec, which go out with it.
 
 On a cluster a session serves the partitions this node holds a replica of, from that
 replica whether it leads or follows (every replica holds the same committed records at the
@@ -24,14 +35,18 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import trio
 
+from vdl.backends.api import Buffer
 from vdl.broker.broker import Broker
 from vdl.broker.topics import TopicError
+from vdl.log.error_codes import ErrorCode
 from vdl.log.record_batch import InvalidBatch, UnsupportedCodec, iter_records, parse_batch_header
 from vdl.log.stream import LogStream
 from vdl.log.ydb_mapping import YdbMessage, from_record
@@ -50,7 +65,7 @@ from vdl.net.ydb.operation import (
 )
 from vdl.net.ydb.protos import ydb_topic_pb2
 from vdl.net.ydb.read_balancer import ReadCoordinator, Wanted
-from vdl.net.ydb.topic_admin import CODEC_RAW, TopicAdmin
+from vdl.net.ydb.topic_admin import TopicAdmin
 from vdl.security.acl import Operation, ResourceType
 
 log = logging.getLogger(__name__)
@@ -59,8 +74,12 @@ FromClient = ydb_topic_pb2.StreamReadMessage.FromClient
 FromServer = ydb_topic_pb2.StreamReadMessage.FromServer
 # Keeps each response far below the 64 MB message limit and lets partitions take turns.
 MAX_RESPONSE_BYTES = 4 << 20
+_NO_CONSUMER_COMMIT = "can't commit when reading without a consumer"
 # What one message costs in the credit beyond its payload (offsets, timestamps, framing).
 _MESSAGE_OVERHEAD = 32
+# Compressed bytes in one read above which its batches are decoded in a worker thread, off
+# the event loop (zlib and cramjam release the GIL); below it the hop costs more than it saves.
+_THREAD_DECODE_BYTES = 256 * 1024
 
 
 @dataclass(slots=True)
@@ -71,6 +90,7 @@ class _TopicRead:
     partitions: int
     wanted: Wanted
     read_from_ms: int | None
+    max_lag_ms: int = 0  # 0: no limit
 
 
 @dataclass(slots=True)
@@ -86,7 +106,7 @@ class _Partition:
 
 def batches_of(messages: list[YdbMessage]) -> list[list[YdbMessage]]:
     """Consecutive messages sharing the batch-level fields (producer, session metadata,
-    write time) travel in one ReadResponse.Batch."""
+    write time, codec) travel in one ReadResponse.Batch."""
     groups: list[list[YdbMessage]] = []
     key: tuple[Any, ...] | None = None
     for message in messages:
@@ -94,6 +114,7 @@ def batches_of(messages: list[YdbMessage]) -> list[list[YdbMessage]]:
             message.producer_id,
             tuple(sorted(message.write_session_meta.items())),
             message.written_at_ms,
+            message.codec,
         )
         if groups and this == key:
             groups[-1].append(message)
@@ -106,7 +127,7 @@ def batches_of(messages: list[YdbMessage]) -> list[list[YdbMessage]]:
 def fill_partition_data(partition_data: Any, messages: list[YdbMessage]) -> None:
     for group in batches_of(messages):
         first = group[0]
-        batch = partition_data.batches.add(producer_id=first.producer_id, codec=CODEC_RAW)
+        batch = partition_data.batches.add(producer_id=first.producer_id, codec=first.codec)
         batch.write_session_meta.update(first.write_session_meta)
         batch.written_at.FromMilliseconds(first.written_at_ms)
         for message in group:
@@ -114,7 +135,7 @@ def fill_partition_data(partition_data: Any, messages: list[YdbMessage]) -> None
                 offset=message.offset,
                 seq_no=message.seq_no,
                 data=message.data,
-                uncompressed_size=len(message.data),
+                uncompressed_size=message.size,
                 message_group_id=message.message_group_id,
             )
             data.created_at.FromMilliseconds(message.created_at_ms)
@@ -164,6 +185,8 @@ class ReadSession:
         self._context = context
         self.id = uuid.uuid4().hex
         self._consumer = ""
+        # Without a consumer: the partitions named are read as they are, nothing committed.
+        self._consumerless = False
         self._topics: list[_TopicRead] = []
         self._joined: list[str] = []
         self._partitions: dict[int, _Partition] = {}
@@ -209,18 +232,18 @@ class ReadSession:
         if first.WhichOneof("client_message") != "init_request":
             raise YdbError(StatusIds.BAD_REQUEST, "the first message must be init_request")
         init = first.init_request
-        if not init.consumer:
-            raise YdbError(StatusIds.BAD_REQUEST, "reading without a consumer is not supported")
         if not init.topics_read_settings:
             raise YdbError(StatusIds.BAD_REQUEST, "no topics to read")
         self._consumer = init.consumer
+        self._consumerless = not init.consumer
         auth = self._service.auth
-        auth.require(self._who.identity, Operation.READ, ResourceType.GROUP, init.consumer)
+        if not self._consumerless:
+            auth.require(self._who.identity, Operation.READ, ResourceType.GROUP, init.consumer)
         for settings in init.topics_read_settings:
             name = self._service.admin.name_of(settings.path)
             auth.require(self._who.identity, Operation.READ, ResourceType.TOPIC, name)
             topic = self._service.admin.topic(settings.path)
-            if topic.consumer(init.consumer) is None:
+            if not self._consumerless and topic.consumer(init.consumer) is None:
                 raise YdbError(
                     StatusIds.SCHEME_ERROR,
                     f"consumer {init.consumer!r} is not registered with topic {settings.path!r}",
@@ -233,19 +256,37 @@ class ReadSession:
                     raise YdbError(
                         StatusIds.BAD_REQUEST, f"no partitions {bad} in {settings.path!r}"
                     )
+            elif self._consumerless:
+                if not init.auto_partitioning_support:
+                    raise YdbError(
+                        StatusIds.BAD_REQUEST,
+                        "explicitly specify the partitions when reading without a consumer",
+                    )
+                wanted = frozenset(range(topic.partitions))
             read_from = None
             if settings.HasField("read_from"):
                 read_from = settings.read_from.ToMilliseconds()
+            max_lag_ms = 0
+            if settings.HasField("max_lag"):
+                max_lag_ms = max(0, settings.max_lag.ToMilliseconds())
             if any(t.name == topic.name for t in self._topics):
                 raise YdbError(StatusIds.BAD_REQUEST, f"topic {settings.path!r} listed twice")
             self._topics.append(
                 _TopicRead(
-                    settings.path, topic.name, topic.topic_id, topic.partitions, wanted, read_from
+                    settings.path,
+                    topic.name,
+                    topic.topic_id,
+                    topic.partitions,
+                    wanted,
+                    read_from,
+                    max_lag_ms,
                 )
             )
         reply = FromServer(status=wire(StatusIds.SUCCESS))
         reply.init_response.session_id = self.id
         await self._send(reply)
+        if self._consumerless:
+            return  # nothing to balance: every session reads what it named
         for topic_read in self._topics:
             self._joined.append(topic_read.name)
             self._coordinator.join(
@@ -283,6 +324,8 @@ class ReadSession:
             self.wake()
         elif kind == "start_partition_session_response":
             response = message.start_partition_session_response
+            if self._consumerless and response.HasField("commit_offset"):
+                raise YdbError(StatusIds.BAD_REQUEST, _NO_CONSUMER_COMMIT)
             part = self._partitions.get(response.partition_session_id)
             if part is not None and not part.started:
                 part.started = True
@@ -308,6 +351,8 @@ class ReadSession:
             raise YdbError(StatusIds.BAD_REQUEST, f"unexpected {kind} in a read session")
 
     async def _commit(self, request: Any) -> None:
+        if self._consumerless:
+            raise YdbError(StatusIds.BAD_REQUEST, _NO_CONSUMER_COMMIT)
         reply = FromServer(status=wire(StatusIds.SUCCESS))
         answered = reply.commit_offset_response
         for commit in request.commit_offsets:
@@ -365,6 +410,12 @@ class ReadSession:
             current = self._broker.catalog.get(topic_read.name)
             if current is None or current.topic_id != topic_read.topic_id:
                 raise YdbError(StatusIds.SCHEME_ERROR, f"topic {topic_read.path!r} was dropped")
+            if self._consumerless:
+                reading = {p.partition for p in self._partitions.values() if p.topic is topic_read}
+                for partition in sorted((topic_read.wanted or frozenset()) - reading):
+                    if self._hosted(topic_read.name, partition):
+                        await self._start(topic_read, partition)
+                continue
             if current.consumer(self._consumer) is None:
                 raise YdbError(
                     StatusIds.SCHEME_ERROR,
@@ -402,7 +453,9 @@ class ReadSession:
     async def _start(self, topic_read: _TopicRead, partition: int) -> None:
         stream = self._broker.stream(topic_read.name, partition)
         start, end = stream.log_start_offset, stream.high_watermark
-        stored = self._offsets.committed(self._consumer, topic_read.name, partition)
+        stored = None
+        if not self._consumerless:
+            stored = self._offsets.committed(self._consumer, topic_read.name, partition)
         committed = min(max(stored or 0, start), end)
         read_offset = committed
         if topic_read.read_from_ms is not None:
@@ -438,7 +491,7 @@ class ReadSession:
         for part in order:
             if total >= budget:
                 break
-            messages, size = self._read(part, budget - total)
+            messages, size = await self._read(part, budget - total)
             if messages:
                 fill_partition_data(
                     response.partition_data.add(partition_session_id=part.id), messages
@@ -452,33 +505,70 @@ class ReadSession:
         await self._send(reply)
         return True
 
-    def _read(self, part: _Partition, budget: int) -> tuple[list[YdbMessage], int]:
+    async def _read(self, part: _Partition, budget: int) -> tuple[list[YdbMessage], int]:
         stream = part.stream
         if part.read_offset < stream.log_start_offset:
             part.read_offset = stream.log_start_offset  # retention removed the rest
+        if part.topic.max_lag_ms:
+            oldest = time.time_ns() // 1_000_000 - part.topic.max_lag_ms
+            recent = stream.offset_for_timestamp(oldest)
+            part.read_offset = max(
+                part.read_offset, recent if recent is not None else stream.high_watermark
+            )
         if part.read_offset >= stream.high_watermark:
             return [], 0
-        messages: list[YdbMessage] = []
-        size = 0
-        for batch in stream.read(part.read_offset, budget):
-            if parse_batch_header(batch).is_control:
-                continue
-            try:
-                for record in iter_records(batch):
-                    if record.offset < part.read_offset:
-                        continue
-                    message = from_record(record)
-                    cost = len(message.data) + _MESSAGE_OVERHEAD
-                    if messages and size + cost > budget:
-                        return messages, size
-                    messages.append(message)
-                    size += cost
-            except UnsupportedCodec as exc:
+        # The store is read here, on the event loop (it is single-threaded); only decoding
+        # may move to a worker thread, on copies of the batches it reads.
+        batches = stream.read(part.read_offset, budget)
+        compressed = sum(len(b) for b in batches if parse_batch_header(b).compression)
+        read_offset = part.read_offset
+        try:
+            if compressed > _THREAD_DECODE_BYTES:
+                copies = [bytes(b) for b in batches]
+                return await trio.to_thread.run_sync(decode_messages, copies, read_offset, budget)
+            return decode_messages(batches, read_offset, budget)
+        except UnsupportedCodec as exc:
+            raise YdbError(
+                StatusIds.UNSUPPORTED,
+                f"{part.topic.path} partition {part.partition} holds records this server "
+                f"cannot decode for YDB readers: {exc}",
+            ) from None
+        except InvalidBatch as exc:
+            if exc.error_code == ErrorCode.MESSAGE_TOO_LARGE:
                 raise YdbError(
-                    StatusIds.UNSUPPORTED,
-                    f"{part.topic.path} partition {part.partition} holds records this server "
-                    f"cannot decode for YDB readers: {exc}",
+                    StatusIds.PRECONDITION_FAILED,
+                    f"{part.topic.path} partition {part.partition}: a stored batch at or "
+                    f"after offset {read_offset} cannot be read: {exc}",
                 ) from None
-            except InvalidBatch as exc:
-                raise YdbError(StatusIds.INTERNAL_ERROR, f"corrupt stored batch: {exc}") from None
-        return messages, size
+            raise YdbError(StatusIds.INTERNAL_ERROR, f"corrupt stored batch: {exc}") from None
+
+
+def decode_messages(
+    batches: Sequence[Buffer], read_offset: int, budget: int
+) -> tuple[list[YdbMessage], int]:
+    """The messages of ``batches`` from ``read_offset`` on, as many as ``budget`` bytes
+    allow (at least one), and what they cost in credit. Pure: it may run in a thread.
+
+    A batch that cannot be decoded ends the read with the messages before it; only when
+    it comes first does its error reach the reader."""
+    messages: list[YdbMessage] = []
+    size = 0
+    for batch in batches:
+        if parse_batch_header(batch).is_control:
+            continue
+        try:
+            records = list(iter_records(batch))
+        except (InvalidBatch, UnsupportedCodec):
+            if messages:
+                return messages, size
+            raise
+        for record in records:
+            if record.offset < read_offset:
+                continue
+            message = from_record(record)
+            cost = len(message.data) + _MESSAGE_OVERHEAD
+            if messages and size + cost > budget:
+                return messages, size
+            messages.append(message)
+            size += cost
+    return messages, size

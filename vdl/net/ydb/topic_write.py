@@ -9,10 +9,13 @@ from the log. Per message: ``seq_no`` at or below the producer's last one is ack
 messages came, from a single sender task, so they never interleave with other replies.
 
 Codecs: a topic without a codec list advertises ``[RAW]`` only, which stops the SDK from
-switching to GZIP on its second batch (GZIP costs server CPU and is stored decoded anyway).
-A topic that lists GZIP gets it: payloads are decompressed (bounded by the size limit) and
-stored plain, so Kafka consumers and YDB readers both see the original bytes; readers
-always receive codec RAW.
+switching to GZIP on its second batch (GZIP costs server CPU and is stored decoded anyway),
+and takes any codec served. GZIP and ZSTD payloads are decompressed (bounded by the size
+limit; in a worker thread when a request carries much of them) and stored plain, so Kafka
+consumers and YDB readers both see the original bytes, and readers receive codec RAW.
+Custom codecs (10000 and above) pass from writer to reader untouched, as YDB does: stored
+as written, with the codec and declared size in ``__ydb.*`` headers (``ydb_mapping``).
+LZOP and unknown codecs are refused.
 
 Size limit: a message's decoded payload may be at most the topic's ``max.message.bytes``;
 a bigger one ends the session with BAD_REQUEST naming the seq_no and both sizes.
@@ -31,9 +34,18 @@ import trio
 
 from vdl.broker.broker import Broker
 from vdl.broker.topics import Topic
-from vdl.log.record_batch import parse_batch_header
+from vdl.log.codecs import CodecError, PayloadTooLarge, decompress
+from vdl.log.record_batch import COMPRESSION_GZIP, COMPRESSION_ZSTD, parse_batch_header
 from vdl.log.stream import LogStream
-from vdl.log.ydb_mapping import YdbProducerTable, is_reserved_key
+from vdl.log.ydb_mapping import (
+    CODEC_GZIP,
+    CODEC_RAW,
+    CODEC_ZSTD,
+    YdbProducerTable,
+    codec_headers,
+    is_custom_codec,
+    is_reserved_key,
+)
 from vdl.net.grpc import ServerContext, ServerStream
 from vdl.net.grpc.protobuf import decode
 from vdl.net.ydb.auth import Authenticator, StreamAuth
@@ -47,7 +59,7 @@ from vdl.net.ydb.operation import (
     wire,
 )
 from vdl.net.ydb.protos import ydb_topic_pb2
-from vdl.net.ydb.topic_admin import CODEC_GZIP, CODEC_RAW, TopicAdmin
+from vdl.net.ydb.topic_admin import TopicAdmin
 from vdl.net.ydb.write_batch import PendingMessage, SessionBatchEncoder
 from vdl.security.acl import Operation, ResourceType
 
@@ -99,18 +111,44 @@ def _metadata_items(items: Any) -> tuple[tuple[str, bytes], ...]:
     return pairs
 
 
-def decode_payload(codec: int, data: bytes, limit: int) -> bytes:
-    """The plain payload; sizes beyond ``limit`` are left to the caller's check."""
-    if codec in (CODEC_RAW, 0):
+# YDB codecs the server decodes, as the Kafka codec of the same format (vdl.log.codecs).
+_DECODED = {CODEC_GZIP: COMPRESSION_GZIP, CODEC_ZSTD: COMPRESSION_ZSTD}
+_CODEC_NAMES = {CODEC_GZIP: "GZIP", CODEC_ZSTD: "ZSTD"}
+# Compressed bytes in one write request above which its payloads are decoded in a worker
+# thread: below it the thread hop costs more than the decoding (well under a millisecond).
+_THREAD_DECODE_BYTES = 256 * 1024
+
+
+def is_stored_as_written(codec: int) -> bool:
+    """RAW, and custom codecs: the payload is stored as it came."""
+    return codec in (CODEC_RAW, 0) or is_custom_codec(codec)
+
+
+def check_codec(codec: int) -> None:
+    if not is_stored_as_written(codec) and codec not in _DECODED:
+        raise YdbError(
+            StatusIds.BAD_REQUEST,
+            f"codec {codec} is not supported; use RAW (1), GZIP (2), ZSTD (4) "
+            f"or a custom codec (10000 and above)",
+        )
+
+
+def decode_payload(codec: int, data: bytes, limit: int) -> bytes | None:
+    """The plain payload, or None if it expands beyond ``limit`` (the caller names the
+    message). RAW and custom codecs come back as they are."""
+    if is_stored_as_written(codec):
         return data
-    if codec == CODEC_GZIP:
-        inflater = zlib.decompressobj(wbits=31)
-        try:
-            out = inflater.decompress(data, limit + 1)
-        except zlib.error as exc:
-            raise YdbError(StatusIds.BAD_REQUEST, f"bad GZIP payload: {exc}") from None
-        return out
-    raise YdbError(StatusIds.BAD_REQUEST, f"codec {codec} is not supported")
+    check_codec(codec)
+    try:
+        return decompress(_DECODED[codec], data, limit)
+    except PayloadTooLarge:
+        return None
+    except CodecError as exc:
+        raise YdbError(StatusIds.BAD_REQUEST, f"bad {_CODEC_NAMES[codec]} payload: {exc}") from None
+
+
+def decode_payloads(codec: int, payloads: list[bytes], limit: int) -> list[bytes | None]:
+    return [decode_payload(codec, data, limit) for data in payloads]
 
 
 # How long an ack may wait for its write to commit before the session gives up.
@@ -297,7 +335,18 @@ class WriteSession:
             while self._unacked >= _UNACKED_BYTES:
                 self._room = trio.Event()
                 await self._room.wait()
-            reply = self._write(message.write_request)
+            request = message.write_request
+            codec = self._check_codec(int(request.codec))
+            decoded: list[bytes | None] | None = None
+            if not is_stored_as_written(codec):
+                payloads = [data.data for data in request.messages]
+                if sum(map(len, payloads)) > _THREAD_DECODE_BYTES:
+                    # Large compressed requests decode off the event loop (zlib and cramjam
+                    # release the GIL), so other sessions keep being served meanwhile.
+                    decoded = await trio.to_thread.run_sync(
+                        decode_payloads, codec, payloads, self._max_message_bytes
+                    )
+            reply = self._write(request, decoded)
             self._unacked += reply.size
             await send.send(reply)
         elif kind == "update_token_request":
@@ -308,23 +357,30 @@ class WriteSession:
         else:
             raise YdbError(StatusIds.BAD_REQUEST, f"unexpected {kind} in a write session")
 
-    def _write(self, request: Any) -> _Reply:
-        """Append the new messages now (in order), and return their acks to send later."""
-        assert self._topic is not None and self._log is not None and self._table is not None
-        codec = int(request.codec)
+    def _check_codec(self, codec: int) -> int:
+        assert self._topic is not None
         topic = self._topic
         if topic.supported_codecs and codec not in topic.supported_codecs:
             raise YdbError(
                 StatusIds.BAD_REQUEST,
                 f"codec {codec} is not allowed for this topic ({list(topic.supported_codecs)})",
             )
+        check_codec(codec)
+        return codec
+
+    def _write(self, request: Any, decoded: list[bytes | None] | None = None) -> _Reply:
+        """Append the new messages now (in order), and return their acks to send later;
+        ``decoded``: the request's payloads, already decoded (else they are decoded here)."""
+        assert self._topic is not None and self._log is not None and self._table is not None
+        codec = self._check_codec(int(request.codec))
         if request.HasField("tx"):
             raise YdbError(StatusIds.UNSUPPORTED, "transactional writes are not supported")
         now = self._clock_ms()
         producer = self._producer_id
         table = self._table
         limit = self._max_message_bytes
-        plain = codec in (CODEC_RAW, 0)
+        plain = is_stored_as_written(codec)
+        custom = is_custom_codec(codec)
         pending: list[PendingMessage] = []
         # Per message in request order: its seq_no and whether it is new (else skipped).
         seq_nos: list[int] = []
@@ -334,7 +390,7 @@ class WriteSession:
         last_seen = table.last_seq_no(producer)
         # The loop runs once per message: protobuf fields are read once each, and what is
         # the same for the whole session is left to the batch encoder.
-        for data in request.messages:
+        for index, data in enumerate(request.messages):
             seq_no = data.seq_no
             seq_nos.append(seq_no)
             if producer and seq_no <= last_seen:
@@ -348,11 +404,18 @@ class WriteSession:
                 continue
             if skipped is not None:
                 skipped.append(False)
-            payload = data.data if plain else decode_payload(codec, data.data, limit)
-            if len(payload) > limit:
+            payload: bytes | None
+            if plain:
+                payload = data.data
+            elif decoded is not None:
+                payload = decoded[index]
+            else:
+                payload = decode_payload(codec, data.data, limit)
+            if payload is None or len(payload) > limit:
+                has = "decodes to" if payload is None else f"has {len(payload)} bytes,"
                 raise YdbError(
                     StatusIds.BAD_REQUEST,
-                    f"message seq_no {seq_no} has {len(payload)} bytes, more than the "
+                    f"message seq_no {seq_no} {has} more than the "
                     f"topic's limit of {limit} bytes (max.message.bytes)",
                 )
             created = now
@@ -362,6 +425,10 @@ class WriteSession:
             message = PendingMessage(payload, seq_no, created)
             if data.metadata_items:
                 message.metadata_items = _metadata_items(data.metadata_items)
+            if custom:
+                # After the metadata items, where ``ydb_mapping.to_record`` puts them.
+                size_declared = data.uncompressed_size or len(payload)
+                message.metadata_items += codec_headers(codec, size_declared)
             if data.WhichOneof("partitioning") == "message_group_id":
                 message.message_group_id = data.message_group_id
             pending.append(message)
