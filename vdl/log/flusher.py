@@ -76,7 +76,8 @@ class Flusher:
                     self._cond.notify()
                 with trio.CancelScope(shield=True):
                     await self._ended.wait()
-        thread.join()  # it has posted its last callback: only its return is left
+            # Cancelled or not: it has posted its last callback, only its return is left.
+            thread.join()
         if self._failure is not None:
             raise self._failure
 
