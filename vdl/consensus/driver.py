@@ -9,14 +9,14 @@ reports, liveness changes), then drain every `Ready` exactly as `ready.py` presc
    term or vote is written to the MetaStore (synced) before the loop goes on;
 3. committed entries are applied to the state machine;
 4. `advance`;
-5. the Ready's `messages_after_persist` wait in a FIFO with the store's last index at that
-   moment; the node's Flusher syncs the store together with every other dirty store (group
-   commit) and calls `on_durable(index)`; batches up to `index` then leave, oldest first,
-   and the core hears `on_persisted` for the last durable entry. If the loop is parked
-   between turns when the report comes, this happens right in the report's callback: a
-   follower's ack then leaves as soon as its fsync is done, instead of after the driver
-   task's next scheduling (one wake-up less per commit, which costs milliseconds on a busy
-   event loop).
+5. the Ready's `messages_after_persist` travel with the write they wait for, as etcd
+   raft's asynchronous storage writes carry their responses (raft/rawnode.go): the mark
+   handed to the node's Flusher carries them, the Flusher syncs the store together with
+   every other dirty store (group commit), and in the report of the sync that covers them
+   they leave at once, whatever the loop is doing, oldest first. What the core must hear
+   (`on_persisted` for the last durable entry) is the loop's input: its next turn steps
+   it, or, while the loop is parked and the group runs inline, the report's callback
+   itself, so a leader's commit waits for no scheduling of the driver task either.
 
 Ticks come from the node's `NodeClock` (`clock.py`), which ticks only the groups that are
 awake: a quiesced group's loop stays parked, with no timer of its own, until a proposal, a
@@ -48,6 +48,7 @@ import random
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import trio
 
@@ -133,7 +134,8 @@ SnapshotFetcher = Callable[[int, int, SnapshotMeta, SnapshotStaging], Awaitable[
 
 @dataclass(slots=True)
 class _PendingPersist:
-    """After-persist messages of one Ready, released once the store is durable to `index`."""
+    """After-persist messages of one Ready, released once the store is durable to `index`
+    (the last entry written when the Ready was handled, of `term`)."""
 
     index: int
     term: int
@@ -213,7 +215,10 @@ class GroupDriver:
         self._retention_saved: SnapshotMeta | None = None  # last point compact() recorded
         self._members_seen = self.core.config.members
         self._wakeup = trio.Event()
-        self._pending: deque[_PendingPersist] = deque()
+        # Marks handed to the flusher whose messages have not left yet, and the last
+        # durable point the core has not heard of yet (see _released).
+        self._carried = 0
+        self._persisted: _PendingPersist | None = None
         self._durable_index = store.last_index()
         self._in_ready = False
         # Since the loop's last turn: a proposal's Ready was handled outside the loop, and
@@ -257,11 +262,11 @@ class GroupDriver:
             # always once more before it parks (see _drain).
             return
         if not self._opts.inline:
-            if (self._pending and self._pending[0].index <= index) or self.core.has_ready():
+            if self._persisted is not None or self.core.has_ready():
                 self._wakeup.set()  # otherwise the report needs no turn
             return
         # Exactly what the next turn would start with.
-        self._release_durable()
+        self._step_persisted()
         core = self.core
         if core.has_ready() and not self._wakeup.is_set():
             # The leader commits, or entries became applicable: a stream applies them
@@ -517,7 +522,7 @@ class GroupDriver:
         self.turns += 1
         self._sent_now = False
         self._stepped_now.clear()
-        self._release_durable()
+        self._step_persisted()
         if self._fetched is not None:
             offer, data, staging = self._fetched
             self._fetched = None
@@ -557,7 +562,7 @@ class GroupDriver:
             # store was durable already): it may let the leader commit or make entries
             # applicable, and the loop parks only once nothing is ready, which is what
             # lets `on_durable` skip the wake-up when it finds nothing ready.
-            self._release_durable()
+            self._step_persisted()
             if not core.has_ready():
                 break
         if self._hint_ticks >= self._opts.commit_hint_ticks:
@@ -637,7 +642,7 @@ class GroupDriver:
         finally:
             self._in_ready = False
         self._after_ready(rd, wrote)
-        self._release_durable()  # a Ready whose store was durable already owes nothing more
+        self._step_persisted()  # a Ready whose store was durable already owes nothing more
         return True
 
     def _apply(self, rd: Ready) -> None:
@@ -655,12 +660,31 @@ class GroupDriver:
             self._stages.sent(message)
 
     def _after_ready(self, rd: Ready, wrote: bool) -> None:
-        if rd.needs_persist:
-            last = self._store.last_index()
-            term = self._store.term_at(last) if last >= self._store.first_index() else 0
-            self._pending.append(_PendingPersist(last, term, rd.messages_after_persist))
-        if wrote:
-            self._flusher.mark_dirty(self)
+        if not rd.needs_persist:
+            if wrote:
+                self._flusher.mark_dirty(self)
+            return
+        last = self._store.last_index()
+        term = self._store.term_at(last) if last >= self._store.first_index() else 0
+        owed = _PendingPersist(last, term, rd.messages_after_persist)
+        if not wrote and self._carried == 0 and last <= self._durable_index:
+            # Durable already, and nothing earlier still waits: nothing to wait for.
+            self._released(owed)
+            return
+        self._carried += 1
+        self._flusher.mark_dirty(self, partial(self._carried_through, owed))
+
+    def _carried_through(self, owed: _PendingPersist) -> None:
+        self._carried -= 1
+        self._released(owed)
+
+    def _released(self, owed: _PendingPersist) -> None:
+        """Everything written up to `owed.index` is durable: its messages leave now (from
+        the flusher's report, whatever the loop is doing); the core hears of it in the
+        loop's next step (`_step_persisted`)."""
+        for message in owed.messages:
+            self._outbox.send(self.group_id, message)
+        self._persisted = owed
 
     def _write(self, rd: Ready) -> bool:
         """Append the Ready's entries to the store (after its truncation, if any, is done)
@@ -699,23 +723,19 @@ class GroupDriver:
         # Make everything written so far durable first and answer for it: an ack already
         # owed for an entry about to be cut must not be sent after the cut (it would claim
         # an entry this node no longer has). Only followers truncate, and rarely.
-        await self._flusher.release(self)
+        owed = await self._flusher.release(self)
         await trio.to_thread.run_sync(self._store.sync)
         self._durable_index = max(self._durable_index, self._store.last_index())
-        self._release_durable()
+        for then in owed:
+            then()
+        self._step_persisted()
         self._store.truncate_suffix(from_index)
         self._stages.truncated(from_index)
         self._durable_index = min(self._durable_index, from_index - 1)
 
-    def _release_durable(self) -> None:
-        durable = self._durable_index
-        self._stages.durable(durable)
-        last: _PendingPersist | None = None
-        while self._pending and self._pending[0].index <= durable:
-            batch = self._pending.popleft()
-            for message in batch.messages:
-                self._outbox.send(self.group_id, message)
-            last = batch
+    def _step_persisted(self) -> None:
+        self._stages.durable(self._durable_index)
+        last, self._persisted = self._persisted, None
         if last is not None and last.index > 0:
             # The leader may commit now, or entries become applicable: whoever called
             # this looks at `has_ready` next.
@@ -778,8 +798,10 @@ class GroupDriver:
             if m.term >= core.term:
                 self._step(m)
             return
-        # No sync of the old content may report durability after the swap.
+        # No sync of the old content may report durability after the swap; what was owed
+        # for content no sync has taken refers to entries about to be gone.
         await self._flusher.release(self)
+        self._carried = 0
         try:
             self._store.install_snapshot(staging)
         except StorageError as exc:
@@ -790,8 +812,8 @@ class GroupDriver:
         await trio.to_thread.run_sync(save_snapshot_meta, self._meta, self.group_id, snap)
         _SNAPSHOTS_INSTALLED.inc()
         self._retention_saved = snap
-        # What was owed for the old content refers to entries that are gone.
-        self._pending.clear()
+        # The core's restore from the snapshot supersedes any durable point of the old content.
+        self._persisted = None
         self._proposed.clear()
         self._durable_index = snap.index
         self._announced = snap.index
@@ -908,7 +930,8 @@ class GroupDriver:
         """After `run` is cancelled: save the commit hint, wait out an in-flight sync."""
         with trio.CancelScope(shield=True):
             await self._save_hard_state(force=False)
-            await self._flusher.release(self)
+            await self._flusher.release(self)  # what it owed, nobody hears of any more
+            self._carried = 0
             if self._fetched is not None:
                 await _discard(self._fetched[2])
                 self._fetched = None

@@ -6,6 +6,14 @@ and fdatasyncs, while appends go on) and reports each noted index as durable bac
 Trio. An append is acknowledged only after a sync that started after it: the index is noted
 after the append returned, and the thread takes it only before calling `sync()`.
 
+What a durable index releases travels with the data, as etcd raft's asynchronous storage
+writes attach their responses to the append (raft/rawnode.go, `MsgStorageAppend`): a mark
+may carry a callback (a Raft group's acks and its persisted report), run on the Trio thread
+with the report of the first sync that covers everything its stream had appended when it
+was marked, before that report; callbacks of one stream run in the order they were marked.
+If the sync in flight already covers it (nothing appended since that sync noted its index),
+the callback rides on that sync rather than waiting for the next.
+
 One thread for the node's lifetime, fed under a condition and answering through
 `TrioToken.run_sync_soon`, rather than `trio.to_thread.run_sync` per round: the hand-off is
 one condition notify and one callback, and the thread starts its next round as soon as its
@@ -17,6 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 import trio
@@ -30,6 +39,10 @@ _HANDOFF = STAGES.histogram("flusher_handoff_seconds")
 log = logging.getLogger(__name__)
 
 
+# Run on the Trio thread once what its mark covers is durable.
+Released = Callable[[], None]
+
+
 class Flushable(Protocol):
     @property
     def store(self) -> LogStore: ...
@@ -41,9 +54,12 @@ class Flusher:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         # Guarded by _cond: stream -> last index appended when it was marked (insertion-
-        # ordered), the streams of the round being synced, and what the thread is told.
+        # ordered) and the callbacks the marks carry; the same for the round being synced;
+        # and what the thread is told.
         self._dirty: dict[Flushable, int] = {}
-        self._round: frozenset[Flushable] = frozenset()
+        self._dirty_then: dict[Flushable, list[Released]] = {}
+        self._round: dict[Flushable, int] = {}
+        self._round_then: dict[Flushable, list[Released]] = {}
         self._closing = False
         self._abort = False
         # Trio side only.
@@ -53,10 +69,21 @@ class Flusher:
         self._token: trio.lowlevel.TrioToken | None = None
         self.flushes = 0
 
-    def mark_dirty(self, stream: Flushable) -> None:
+    def mark_dirty(self, stream: Flushable, then: Released | None = None) -> None:
+        """`stream` appended: sync it, and run `then` (if given) with the first durability
+        report that covers everything it has appended so far."""
         mark = stream.store.last_index()
         with self._cond:
+            if (
+                then is not None
+                and stream not in self._dirty
+                and self._round.get(stream, -1) >= mark
+            ):
+                self._round_then.setdefault(stream, []).append(then)
+                return
             self._dirty[stream] = mark
+            if then is not None:
+                self._dirty_then.setdefault(stream, []).append(then)
             self._cond.notify()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -81,14 +108,19 @@ class Flusher:
         if self._failure is not None:
             raise self._failure
 
-    async def release(self, stream: Flushable) -> None:
-        """Wait until no sync of this stream is in flight and forget it (before closing it)."""
+    async def release(self, stream: Flushable) -> list[Released]:
+        """Wait until no sync of this stream is in flight and forget it (before closing,
+        truncating or replacing its store). What a sync in flight releases is run as
+        usual; the callbacks of marks no sync has taken yet are returned, not run: the
+        caller syncs itself and runs them, or drops them with the data they were for."""
+        owed: list[Released] = []
         while True:
             with self._cond:
                 self._dirty.pop(stream, None)
+                owed += self._dirty_then.pop(stream, ())
                 busy = stream in self._round
             if not busy or self._ended.is_set():
-                return
+                return owed
             await self._round_done.wait()
 
     def stop(self) -> None:
@@ -110,17 +142,19 @@ class Flusher:
                     if self._abort or not self._dirty:
                         break
                     marks, self._dirty = self._dirty, {}
-                    self._round = frozenset(marks)
+                    self._round, self._round_then = marks, self._dirty_then
+                    self._dirty_then = {}
                 started = time.perf_counter()
                 try:
                     for stream in marks:
                         stream.store.sync()
                 finally:
                     with self._cond:
-                        self._round = frozenset()
+                        thens = self._round_then
+                        self._round, self._round_then = {}, {}
                 ended = time.perf_counter()
                 _ROUND.observe(ended - started)
-                token.run_sync_soon(self._round_ended, marks, ended)
+                token.run_sync_soon(self._round_ended, marks, thens, ended)
         except BaseException as exc:
             token.run_sync_soon(self._end, exc)
         else:
@@ -128,13 +162,20 @@ class Flusher:
 
     # -- callbacks on the Trio thread ---------------------------------------------------------
 
-    def _round_ended(self, marks: dict[Flushable, int], ended: float) -> None:
+    def _round_ended(
+        self,
+        marks: dict[Flushable, int],
+        thens: dict[Flushable, list[Released]],
+        ended: float,
+    ) -> None:
         _HANDOFF.since(ended)
         self.flushes += 1
         self._round_done.set()
         self._round_done = trio.Event()
         try:
             for stream, index in marks.items():
+                for then in thens.get(stream, ()):
+                    then()
                 stream.on_durable(index)
         except Exception as exc:
             # An exception escaping a run_sync_soon callback would crash Trio itself: end

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,8 +209,8 @@ async def test_the_machine_hears_when_the_leaders_own_write_is_durable(
 
 
 async def test_a_followers_ack_leaves_with_the_durability_report(tmp_path: Path) -> None:
-    # The flusher's report arrives in a callback; while the loop is parked between turns
-    # the ack it held goes out right there, not one scheduling of the driver task later.
+    # The ack travels with the write it waits for: the flusher's report runs it in its
+    # callback, not one scheduling of the driver task later.
     sent: list[Message] = []
 
     class ListOutbox:
@@ -218,7 +219,6 @@ async def test_a_followers_ack_leaves_with_the_durability_report(tmp_path: Path)
 
     store = open_log_store("segment", tmp_path / "log", LogStoreOptions())
     meta = open_meta_store(tmp_path / "meta")
-    # Never run: syncs happen only where the test says, so it sees when the ack is owed.
     flusher = Flusher()
     driver = GroupDriver(
         GROUP,
@@ -232,18 +232,34 @@ async def test_a_followers_ack_leaves_with_the_durability_report(tmp_path: Path)
         raft=RAFT,
         options=dataclasses.replace(OPTIONS, inline=True),
     )
+    # The flusher's syncs wait until the test lets them go, so it sees when the ack is owed.
+    hold = threading.Event()
+    real_sync = store.sync
+
+    def held_sync() -> None:
+        assert hold.wait(5)
+        real_sync()
+
+    store.sync = held_sync  # type: ignore[method-assign]
     async with trio.open_nursery() as nursery:
+        await nursery.start(flusher.run)
         await nursery.start(driver.run)
         entry = Entry(1, 1, EntryType.DATA, payload(1, b"one"))
         driver.deliver(AppendEntries(2, 1, 1, 0, 0, 0, (entry,)))
         with trio.fail_after(5):
             while store.last_index() < 1 or not driver._parked:
                 await trio.sleep(0.001)
+        await trio.sleep(0.05)
         assert not [m for m in sent if isinstance(m, AppendResponse)]  # not durable yet
-        store.sync()
-        driver.on_durable(1)  # as the flusher's callback does, outside any task
+        assert flusher.flushes == 0
+        hold.set()
+        with trio.fail_after(5):
+            while flusher.flushes == 0:
+                await trio.sleep(0)
+        # The report's own callback sent it.
         acks = [m for m in sent if isinstance(m, AppendResponse)]
         assert acks == [AppendResponse(1, 2, 1, 1)]
+        flusher.stop()
         nursery.cancel_scope.cancel()
     await driver.close()
     store.close()
@@ -276,7 +292,7 @@ def _lone_driver(
     tmp_path: Path, machine: Recorder, *, inline: bool = True
 ) -> tuple[GroupDriver, _ListOutbox]:
     """Node 1 of a three-voter group, talking to a list; its flusher never runs, so the
-    test decides when something is durable (as the flusher's callback would). With
+    test decides when something is durable (`_durable`, as the flusher's round would). With
     `inline`, the callers' tasks may take the loop's next step (as a stream's group does)."""
     outbox = _ListOutbox()
     driver = GroupDriver(
@@ -292,6 +308,16 @@ def _lone_driver(
         options=dataclasses.replace(_NO_TICKS, inline=inline),
     )
     return driver, outbox
+
+
+async def _durable(driver: GroupDriver) -> None:
+    """What a round of the flusher does for the driver, done here without a checkpoint:
+    sync its store, run what its marks carried, report the durable index."""
+    owed = await driver._flusher.release(driver)
+    driver._store.sync()
+    for then in owed:
+        then()
+    driver.on_durable(driver._store.last_index())
 
 
 async def _settle(driver: GroupDriver) -> None:
@@ -311,8 +337,7 @@ async def _elect(driver: GroupDriver, outbox: _ListOutbox) -> None:
     driver.deliver(VoteResponse(2, 1, driver.term, True))
     await _settle(driver)
     assert driver.is_leader
-    driver._store.sync()
-    driver.on_durable(driver._store.last_index())
+    await _durable(driver)
     driver.deliver(AppendResponse(2, 1, driver.term, driver._store.last_index()))
     await _settle(driver)
     outbox.sent.clear()
@@ -333,8 +358,7 @@ async def test_a_durability_report_with_nothing_to_do_costs_no_turn(tmp_path: Pa
         driver.deliver(AppendEntries(2, 1, 1, 0, 0, 0, (entry,)))
         await _settle(driver)
         turns = driver.turns
-        driver._store.sync()
-        driver.on_durable(1)
+        await _durable(driver)
         assert [m for m in outbox.sent if isinstance(m, AppendResponse)] == [
             AppendResponse(1, 2, 1, 1)
         ]
@@ -355,8 +379,7 @@ async def test_a_commit_that_a_durability_report_allows_is_never_lost(tmp_path: 
         driver.deliver(AppendResponse(2, 1, driver.term, index))  # follower durable first
         await _settle(driver)
         assert driver.commit_index < index  # the leader's own write is not durable yet
-        driver._store.sync()
-        driver.on_durable(index)
+        await _durable(driver)
         await _settle(driver)
         assert driver.commit_index == index
         assert machine.applied[-1].index == index
@@ -374,8 +397,7 @@ async def test_a_stream_applies_a_commit_right_in_the_durability_report(tmp_path
         driver.deliver(AppendResponse(2, 1, driver.term, index))
         assert machine.applied_to < index
         turns = driver.turns
-        driver._store.sync()
-        driver.on_durable(index)
+        await _durable(driver)
         # Applied by index, in the report's callback: no turn, no payload read back.
         assert machine.applied_to == index
         assert not machine.applied
@@ -430,8 +452,7 @@ async def test_a_streams_follower_writes_an_append_from_the_readers_call(tmp_pat
         assert driver._store.last_index() == 1
         await _settle(driver)
         assert driver._store.last_index() == 2
-        driver._store.sync()
-        driver.on_durable(2)
+        await _durable(driver)
         acks = [m for m in outbox.sent if isinstance(m, AppendResponse)]
         assert acks == [AppendResponse(1, 2, 1, 1), AppendResponse(1, 2, 1, 2)]
         await _settle(driver)
@@ -483,8 +504,7 @@ async def test_without_inline_steps_every_input_waits_for_the_loop(tmp_path: Pat
         assert [m.dst for m in outbox.sent if isinstance(m, AppendEntries)] == [2]  # 3 is silent
         assert driver._store.last_index() == index
         driver.deliver(AppendResponse(2, 1, driver.term, index))
-        driver._store.sync()
-        driver.on_durable(index)
+        await _durable(driver)
         assert machine.applied_to < index  # nothing happened in the callers' calls
         await _settle(driver)
         assert machine.applied_to == index  # the loop committed and applied it

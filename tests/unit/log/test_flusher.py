@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import pytest
 import trio
@@ -140,3 +141,75 @@ async def test_cancelling_run_ends_the_thread() -> None:
         await nursery.start(flusher.run)
         nursery.cancel_scope.cancel()
     assert threading.active_count() == threads_before
+
+
+async def test_what_a_mark_carries_runs_with_the_report_that_covers_it() -> None:
+    flusher = Flusher()
+    stream = FakeStream()
+    seen: list[str] = []
+    stream_on_durable = stream.on_durable
+
+    def on_durable(index: int) -> None:
+        seen.append(f"durable {index}")
+        stream_on_durable(index)
+
+    stream.on_durable = on_durable  # type: ignore[method-assign]
+
+    def carried(name: str) -> Callable[[], None]:
+        marked = stream.fake.appended
+
+        def then() -> None:
+            # Everything appended when it was marked is on disk by now.
+            assert stream.fake.synced_through >= marked
+            seen.append(name)
+
+        return then
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(flusher.run)
+        stream.fake.hold.clear()
+        stream.fake.appended = 1
+        flusher.mark_dirty(stream, carried("a"))
+        await wait_for(stream.fake.in_sync.is_set)
+        # Nothing appended since the sync in flight noted its index: it rides on that sync.
+        flusher.mark_dirty(stream, carried("b"))
+        stream.fake.appended = 2
+        # Appended after that sync started: it waits for the next one.
+        flusher.mark_dirty(stream, carried("c"))
+        stream.fake.hold.set()
+        await wait_for(lambda: stream.durable[-1:] == [2])
+        flusher.stop()
+    assert seen == ["a", "b", "durable 1", "c", "durable 2"]
+    assert stream.fake.syncs == 2
+
+
+async def test_release_hands_back_what_no_sync_has_taken() -> None:
+    flusher = Flusher()
+    stream = FakeStream()
+    ran: list[int] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(flusher.run)
+        stream.fake.hold.clear()
+        stream.fake.appended = 1
+        flusher.mark_dirty(stream, lambda: ran.append(1))
+        await wait_for(stream.fake.in_sync.is_set)
+        stream.fake.appended = 2
+        flusher.mark_dirty(stream, lambda: ran.append(2))
+        released: list[list[Callable[[], None]]] = []
+
+        async def release() -> None:
+            released.append(await flusher.release(stream))
+
+        nursery.start_soon(release)
+        await trio.sleep(0.05)
+        stream.fake.hold.set()
+        await wait_for(lambda: bool(released))
+        # The sync in flight released its own; the next mark was never synced: handed back.
+        assert ran == [1]
+        assert stream.durable == [1]
+        owed = released[0]
+        assert len(owed) == 1
+        owed[0]()
+        assert ran == [1, 2]
+        flusher.stop()
+    assert stream.fake.syncs == 1
