@@ -30,7 +30,6 @@ from vdl.broker.broker import Broker
 from vdl.broker.topics import TopicCatalog, topic_config_specs
 from vdl.cluster.acl_commands import ReplicatedAcls
 from vdl.cluster.coordinator_role import CoordinatorRole
-from vdl.cluster.forwarding import CommandForwarder
 from vdl.cluster.front_ends import ClusterFrontEnds
 from vdl.cluster.group_commands import ReplicatedGroups
 from vdl.cluster.manager import ClusterManager, ClusterSettings
@@ -401,9 +400,7 @@ class Node:
             )
             ydb_cluster = None
             if cluster is not None:
-                ydb_cluster = ClusterFrontEnds(
-                    cluster, CommandForwarder(cluster.metadata, cluster.transport)
-                )
+                ydb_cluster = ClusterFrontEnds(cluster)
             ydb = YdbFrontEnd(
                 broker,
                 groups.offsets,

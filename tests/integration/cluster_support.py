@@ -8,6 +8,7 @@ import struct
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
@@ -16,13 +17,12 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from tests.integration.node_process import NodeProcess, free_port
 
 
-def partition_seen_by(
-    node: NodeProcess, topic: str, partition: int = 0
-) -> tuple[set[int], int, list[int], list[int]]:
-    """(brokers, leader, replicas, isr) of a partition as `node` itself says; only its
-    leader knows the ISR (others report the replicas). Asked over a socket of our own: a
-    Kafka client sends Metadata to whichever broker it likes."""
-    request = MetadataRequest(version=1, topics=[MetadataRequest.MetadataRequestTopic(name=topic)])
+def _metadata_of(node: NodeProcess, topics: list[str]) -> Any:
+    """Metadata v1 as `node` itself answers it. Asked over a socket of our own: a Kafka
+    client sends Metadata to whichever broker it likes."""
+    request = MetadataRequest(
+        version=1, topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
+    )
     request.with_header(correlation_id=1, client_id="cluster-test")
     with socket.create_connection(("127.0.0.1", node.kafka_port), timeout=10) as sock:
         sock.sendall(bytes(request.encode(header=True, framed=True)))
@@ -30,7 +30,20 @@ def partition_seen_by(
         if len(head) < 4:
             raise ConnectionError(f"node at {node.bootstrap} closed the connection")
         payload = sock.recv(struct.unpack(">i", head)[0], socket.MSG_WAITALL)
-    md = MetadataResponse.decode(payload[4:], version=1)
+    return MetadataResponse.decode(payload[4:], version=1)
+
+
+def controller_seen_by(node: NodeProcess) -> int:
+    """The controller id in `node`'s own Metadata answer."""
+    return int(_metadata_of(node, []).controller_id)
+
+
+def partition_seen_by(
+    node: NodeProcess, topic: str, partition: int = 0
+) -> tuple[set[int], int, list[int], list[int]]:
+    """(brokers, leader, replicas, isr) of a partition as `node` itself says; only its
+    leader knows the ISR (others report the replicas)."""
+    md = _metadata_of(node, [topic])
     parts = {int(p.partition_index): p for t in md.topics if t.name == topic for p in t.partitions}
     part = parts[partition]
     return (

@@ -12,6 +12,11 @@ from typing import Protocol
 
 from vdl.broker.topics import Topic
 
+# How long a topic change waits for its outcome when the request gives no bound (Kafka's
+# CreateTopics and DeleteTopics with timeout_ms <= 0); the Kafka clients' default
+# request.timeout.ms.
+COMMAND_TIMEOUT_S = 30.0
+
 
 @dataclass(frozen=True, slots=True)
 class BrokerAddress:
@@ -42,6 +47,10 @@ class ClusterView(Protocol):
 
     def is_controller(self) -> bool: ...
 
+    def is_member(self) -> bool:
+        """This node is a member of the cluster (so it can take admin requests to group 0)."""
+        ...
+
     def is_leader(self, topic: str, partition: int) -> bool: ...
 
     def partition_state(self, topic: str, partition: int) -> PartitionState: ...
@@ -51,7 +60,17 @@ class ClusterView(Protocol):
         ...
 
     async def create_topic(
-        self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str]
-    ) -> Topic: ...
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str],
+        *,
+        validate_only: bool = ...,
+        timeout_s: float = ...,
+    ) -> Topic:
+        """Through group 0 from any node (KIP-590), waiting up to `timeout_s` for its
+        outcome (REQUEST_TIMED_OUT after it); `validate_only` checks without creating."""
+        ...
 
-    async def delete_topic(self, name: str) -> None: ...
+    async def delete_topic(self, name: str, timeout_s: float = ...) -> None: ...

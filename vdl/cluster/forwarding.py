@@ -1,16 +1,18 @@
 """Run a client-facing metadata command from any node and learn how it ended.
 
-Kafka clients find the controller or coordinator themselves; YDB clients (and `vdl acl`)
-talk to whichever node Discovery gave them, so that node must get the command into group 0
-for them. The leader of group 0 proposes it directly. Another node forwards it to the
-leader over the raft connection (fire and forget, as registrations are) and then waits to
-*apply* the entry itself: every member applies every command, so the outcome arrives
-locally, matched by a request id carried in the command. No reply channel is needed, and a
-forwarder that sees the outcome knows the command is committed.
+YDB clients (and `vdl acl`) talk to whichever node Discovery gave them, and Kafka admin
+clients send CreateTopics and DeleteTopics to any broker (KIP-590: brokers forward them to
+the controller), so that node must get the command into group 0 for them. The leader of
+group 0 proposes it directly. Another node forwards it to the leader over the raft
+connection (fire and forget, as registrations are) and then waits to *apply* the entry
+itself: every member applies every command, so the outcome arrives locally, matched by a
+request id carried in the command. No reply channel is needed, and a forwarder that sees
+the outcome knows the command is committed.
 
-A forward may be lost (leader changing, connection dropped): it is resent with the same
-request id until the deadline. A resent command can therefore be applied twice, so only
-commands that are harmless to repeat go through here (the first outcome is the one
+While group 0 has no leader the command waits for one (until the deadline) instead of
+failing. A forward may be lost (leader changing, connection dropped): it is resent with the
+same request id until the deadline. A resent command can therefore be applied twice, so
+only commands that are harmless to repeat go through here (the first outcome is the one
 reported).
 """
 
@@ -79,6 +81,11 @@ class CommandForwarder:
                 pass
         elif driver is not None and driver.leader_id:
             self._transport.forward(driver.leader_id, json.dumps(command).encode())
+        elif driver is not None:
+            # No leader known: try again as soon as one is (an election just ended).
+            with trio.move_on_after(_RESEND_S):
+                await self._metadata.wait_applied(lambda: done.is_set() or driver.leader_id)
+            return
         # Also when proposed here: the listener has the outcome by now, or it comes later.
         with trio.move_on_after(_RESEND_S):
             await done.wait()

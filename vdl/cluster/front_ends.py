@@ -1,7 +1,7 @@
 """The cluster as the YDB front end sees it (`vdl.net.ydb.cluster.YdbCluster`).
 
 Topic changes and consumer commits made through YDB are the same metadata commands that
-Kafka's controller and coordinator propose, run from whichever node the client reached
+Kafka's admin requests and coordinator propose, run from whichever node the client reached
 (`forwarding.py`). Liveness for Discovery comes from leadership gossip: every node gossips
 at least every half second, so a node not heard from for `_ALIVE_S` is left out of
 ListEndpoints (the SDK would otherwise spend seconds dialling a dead node).
@@ -17,12 +17,10 @@ import trio
 from vdl.broker.topics import Topic, TopicError
 from vdl.cluster.acl_commands import ACL_OPS, acl_command
 from vdl.cluster.commands import Command
-from vdl.cluster.forwarding import CommandForwarder, CommandTimeout
 from vdl.cluster.manager import ClusterManager
 from vdl.cluster.offset_commands import COMMIT_OFFSETS, offsets_command
 from vdl.cluster.placement import assign_replicas, default_replication_factor
 from vdl.cluster.user_commands import USER_OPS, user_put_command, user_remove_command
-from vdl.consensus.errors import ConsensusError
 from vdl.groups.offsets import CommittedOffset, TopicPartition
 from vdl.log.error_codes import ErrorCode
 from vdl.net.ydb.cluster import GrpcNode
@@ -30,15 +28,15 @@ from vdl.security.acl import AclEntry
 from vdl.security.users import User
 
 _ALIVE_S = 2.0
-# Commands other nodes may forward for the YDB front end; all are harmless to repeat.
-TOPIC_OPS = ("create_topic", "update_topic", "delete_topic")
+# How long a command waits for its outcome before the client is answered UNAVAILABLE.
+_COMMAND_TIMEOUT_S = 10.0
 
 
 class ClusterFrontEnds:
-    def __init__(self, manager: ClusterManager, forwarder: CommandForwarder) -> None:
+    def __init__(self, manager: ClusterManager) -> None:
         self._manager = manager
-        self._forwarder = forwarder
-        manager.forwardable.update(TOPIC_OPS)
+        # Other nodes may forward these for the YDB front end; all are harmless to repeat
+        # (the topic commands are registered by the manager, which Kafka shares).
         manager.forwardable.add(COMMIT_OFFSETS)
         manager.forwardable.update(ACL_OPS)
         manager.forwardable.update(USER_OPS)
@@ -65,14 +63,7 @@ class ClusterFrontEnds:
 
     async def run(self, command: Command) -> None:
         """Apply `command` through group 0; TopicError with its outcome if it failed."""
-        try:
-            outcome = await self._forwarder.execute(command)
-        except CommandTimeout as exc:
-            raise TopicError(ErrorCode.REQUEST_TIMED_OUT, str(exc)) from None
-        except ConsensusError as exc:
-            raise TopicError(ErrorCode.NOT_CONTROLLER, str(exc)) from None
-        if outcome.error != ErrorCode.NONE:
-            raise TopicError(outcome.error, outcome.message or outcome.error.name)
+        await self._manager.run_command(command, _COMMAND_TIMEOUT_S)
 
     async def create_topic(self, topic: Topic) -> None:
         nodes = sorted(self._manager.state.members)
@@ -92,7 +83,7 @@ class ClusterFrontEnds:
         await self.run({"op": "update_topic", "topic": topic.encode().decode()})
 
     async def delete_topic(self, name: str) -> None:
-        await self.run({"op": "delete_topic", "name": name})
+        await self._manager.delete_topic(name, _COMMAND_TIMEOUT_S)
 
     async def commit_offsets(
         self, group: str, offsets: Mapping[TopicPartition, CommittedOffset]

@@ -11,6 +11,11 @@ leaders of partitions it does not host. A node's `--dc` label is registered with
 addresses; partition leaders hand leadership to their preferred replica (the first of the
 assignment, or the first in the topic's preferred DC) and group 0's leader to a voter in
 `--metadata-dc` once those are healthy (`placement_leader.py`).
+
+Topic changes are accepted on every node, as Kafka brokers accept them since KIP-590: the
+node proposes the command if it leads group 0, else forwards it to the leader
+(`forwarding.py`) and answers once it has applied the entry itself; while group 0 has no
+leader the request waits, bounded by its timeout.
 """
 
 from __future__ import annotations
@@ -29,9 +34,10 @@ import trio
 from vdl.backends.api import LogStore, LogStoreOptions, MetaStore
 from vdl.backends.registry import LogBackend, open_log_store
 from vdl.broker.broker import MAX_PARTITIONS, Broker
-from vdl.broker.cluster_view import BrokerAddress, PartitionState
+from vdl.broker.cluster_view import COMMAND_TIMEOUT_S, BrokerAddress, PartitionState
 from vdl.broker.topics import Topic, TopicError, validate_configs, validate_topic_name
 from vdl.cluster.commands import Command
+from vdl.cluster.forwarding import CommandForwarder
 from vdl.cluster.leader_gossip import (
     GossipError,
     LeaderClaim,
@@ -41,7 +47,7 @@ from vdl.cluster.leader_gossip import (
     encode_refresh,
 )
 from vdl.cluster.metadata import METADATA_GROUP, MetadataState, Placement
-from vdl.cluster.metadata_group import MetadataGroup, ProposalLost
+from vdl.cluster.metadata_group import MetadataGroup
 from vdl.cluster.placement import assign_replicas, default_replication_factor
 from vdl.cluster.placement_leader import LeaderPlacement, LedGroup, preferred_dc
 from vdl.cluster.reconfigure import next_change
@@ -67,6 +73,8 @@ _RECONFIGURE_EVERY_S = 0.2
 _JOIN_EVERY_S = 1.0
 # Metadata commands an admin client (or a joining node) may send to any member.
 ADMIN_OPS = frozenset({"add_node", "remove_node", "set_replicas"})
+# Topic commands any node may forward to group 0's leader (Kafka and YDB front ends).
+TOPIC_OPS = ("create_topic", "update_topic", "delete_topic")
 # Leadership gossip: looked at this often, sent at once when it changed and at least this
 # often anyway (lost frames, restarted peers), and trusted this long after it was heard.
 _GOSSIP_CHECK_S = 0.1
@@ -149,9 +157,9 @@ class ClusterManager:
         self.leaders = LeaderTable(_GOSSIP_TTL_S)
         # When each peer's gossip was last heard (trio time): who is alive, for Discovery.
         self.heard_from: dict[int, float] = {}
-        # Client-facing commands (YDB admin, offsets, ACLs) a leader of group 0 proposes
-        # when another node forwards them (see forwarding.py); registered by their modules.
-        self.forwardable: set[str] = set()
+        # Client-facing commands (topics, offsets, ACLs) a leader of group 0 proposes when
+        # another node forwards them (see forwarding.py); others registered by their modules.
+        self.forwardable: set[str] = set(TOPIC_OPS)
         # The initial members: group 0's first voters. A joining node is not one of them.
         initial = {
             n: a for n, a in settings.peers.items() if not (settings.join and n == settings.node_id)
@@ -180,6 +188,8 @@ class ClusterManager:
         )
         self.metadata.driver = self._driver0
         self.router.add(METADATA_GROUP, self._driver0)
+        # Runs client-facing commands from this node, whoever leads group 0.
+        self.forwarder = CommandForwarder(self.metadata, self.transport)
         self._hosted: dict[tuple[str, int], _Hosted] = {}
         self._nursery: trio.Nursery | None = None
         self._addresses: tuple[tuple[str, int], tuple[str, int]] | None = None
@@ -554,6 +564,9 @@ class ClusterManager:
     def is_controller(self) -> bool:
         return self._driver0.is_leader
 
+    def is_member(self) -> bool:
+        return self.settings.node_id in self.state.members
+
     def is_leader(self, topic: str, partition: int) -> bool:
         hosted = self._hosted.get((topic, partition))
         return hosted is not None and hosted.driver.is_leader
@@ -600,10 +613,15 @@ class ClusterManager:
             self._requested.discard(name)
 
     async def create_topic(
-        self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str]
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str],
+        *,
+        validate_only: bool = False,
+        timeout_s: float = COMMAND_TIMEOUT_S,
     ) -> Topic:
-        if not self._driver0.is_leader:
-            raise TopicError(ErrorCode.NOT_CONTROLLER, "this node is not the controller")
         validate_topic_name(name)
         if not 1 <= partitions <= MAX_PARTITIONS:
             raise TopicError(
@@ -623,28 +641,35 @@ class ClusterManager:
         if name in self.state.topics:
             raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
         topic = Topic(name, partitions, uuid.uuid4(), dict(configs))
+        if validate_only:
+            return topic
         command: Command = {
             "op": "create_topic",
             "topic": topic.encode().decode(),
             "replicas": assign_replicas(name, partitions, rf, nodes),
         }
-        await self._propose(command)
+        # A resent command applied again only finds the topic there: the outcome reported
+        # is the first one, so TOPIC_ALREADY_EXISTS means it existed before this request.
+        await self.run_command(command, timeout_s)
         return topic
 
-    async def delete_topic(self, name: str) -> None:
-        if not self._driver0.is_leader:
-            raise TopicError(ErrorCode.NOT_CONTROLLER, "this node is not the controller")
-        if name not in self.state.topics:
-            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
-        await self._propose({"op": "delete_topic", "name": name})
+    async def delete_topic(self, name: str, timeout_s: float = COMMAND_TIMEOUT_S) -> None:
+        command: Command = {"op": "delete_topic", "name": name}
+        known = self.state.topics.get(name)
+        if known is not None:
+            # Deletes only this topic: a resent command applied again must not delete one
+            # created under the name since. (Unknown here, it may be known to the leader.)
+            command["topic_id"] = str(known.topic_id)
+        await self.run_command(command, timeout_s)
 
-    async def _propose(self, command: Command) -> None:
+    async def run_command(self, command: Command, timeout_s: float = COMMAND_TIMEOUT_S) -> None:
+        """Apply `command` through group 0 from this node, whoever leads it, waiting for a
+        leader while there is none; TopicError with its outcome if it failed, and
+        REQUEST_TIMED_OUT if no outcome came within `timeout_s` (it may still apply)."""
         try:
-            outcome = await self.metadata.propose(command)
-        except ProposalLost as exc:
-            raise TopicError(ErrorCode.REQUEST_TIMED_OUT, str(exc)) from None
+            outcome = await self.forwarder.execute(command, timeout_s)
         except ConsensusError as exc:
-            raise TopicError(ErrorCode.NOT_CONTROLLER, str(exc)) from None
+            raise TopicError(ErrorCode.REQUEST_TIMED_OUT, str(exc)) from None
         if outcome.error != ErrorCode.NONE:
             raise TopicError(outcome.error, outcome.message or outcome.error.name)
 

@@ -111,9 +111,13 @@ class MetadataState:
             return Outcome()
         if op == "delete_topic":
             name = str(command["name"])
-            gone = self.topics.pop(name, None)
-            if gone is None:
+            # With "topic_id" (the topic the sender knew) only that topic: a forwarded
+            # command applied twice never deletes one created under the name in between.
+            wanted = command.get("topic_id")
+            current = self.topics.get(name)
+            if current is None or (wanted is not None and str(current.topic_id) != wanted):
                 return Outcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
+            gone = self.topics.pop(name)
             placement = self.placements.pop(name)
             for listener in self.on_deleted:
                 listener(gone, placement)

@@ -100,10 +100,15 @@ def handle_metadata(ctx: RequestContext) -> Pending:
             brokers = registered
         else:
             brokers = [*registered, *brokers]
-        # Never an unknown id: clients send admin requests to it (and get NOT_CONTROLLER
-        # from a node that is not, then ask again).
-        if cluster.controller_id() in {b.node_id for b in brokers}:
-            controller = cluster.controller_id()
+        # Clients send admin requests to the controller id, and every member takes them
+        # (KIP-590; Kafka brokers name any live broker here): group 0's leader when it is
+        # a listed broker (no forwarding hop), else this node (it forwards, and waits for a
+        # leader while there is none); -1 from a node outside the cluster.
+        leader = cluster.controller_id()
+        if leader in {b.node_id for b in brokers}:
+            controller = leader
+        elif not cluster.is_member():
+            controller = -1
     response = MetadataResponse(
         throttle_time_ms=0,
         brokers=[

@@ -1,12 +1,22 @@
-"""CreateTopics and DeleteTopics (on a cluster: through the metadata group, on its leader)."""
+"""CreateTopics and DeleteTopics.
+
+On a cluster every node serves them (KIP-590): the change goes through the metadata group
+from the node the client reached (`vdl.cluster.forwarding`), which answers once it has
+applied it. The request's timeout_ms bounds the wait, also for a leader while group 0
+has none; REQUEST_TIMED_OUT at the end, as Kafka answers. A timeout_ms of 0 or less (with
+it Kafka answers without waiting for the change to reach every broker) still waits for
+the change to commit, up to `COMMAND_TIMEOUT_S`, so the answer says whether it was made.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+import trio
 from kafka.protocol.admin import CreateTopicsResponse, DeleteTopicsResponse
 
-from vdl.broker.topics import TopicError, validate_configs, validate_topic_name
+from vdl.broker.cluster_view import COMMAND_TIMEOUT_S
+from vdl.broker.topics import TopicError
 from vdl.log.error_codes import ErrorCode
 from vdl.net.kafka.apis.context import Pending, RequestContext, Response, ready
 from vdl.net.kafka.control_codec import decode_request, encode_response
@@ -14,6 +24,21 @@ from vdl.security.acl import Operation
 
 # Replicas a topic can have while this node is the whole cluster.
 AVAILABLE_REPLICAS = 1
+
+
+class _Deadline:
+    """The end of a request's wait, from its timeout_ms."""
+
+    def __init__(self, timeout_ms: int) -> None:
+        wait_s = timeout_ms / 1000 if timeout_ms > 0 else COMMAND_TIMEOUT_S
+        self._at = trio.current_time() + wait_s
+
+    def left_s(self) -> float:
+        """What is left of it; REQUEST_TIMED_OUT once it has passed."""
+        left = self._at - trio.current_time()
+        if left <= 0:
+            raise TopicError(ErrorCode.REQUEST_TIMED_OUT, "the request's timeout passed")
+        return left
 
 
 def _check_create(ctx: RequestContext, name: str) -> None:
@@ -71,6 +96,7 @@ def _create_on_cluster(ctx: RequestContext, request: Any) -> Pending:
     header = ctx.header
 
     async def finish() -> Response:
+        deadline = _Deadline(request.timeout_ms)
         results = []
         for topic in request.topics:
             error, message = 0, None
@@ -85,13 +111,14 @@ def _create_on_cluster(ctx: RequestContext, request: Any) -> Pending:
                         ErrorCode.INVALID_REQUEST, "manual replica assignment is not supported"
                     )
                 configs = {c.name: c.value for c in topic.configs if c.value is not None}
-                if request.validate_only:
-                    validate_topic_name(topic.name)
-                    validate_configs(ctx.broker.config_specs, configs)
-                    if not cluster.is_controller():
-                        raise TopicError(ErrorCode.NOT_CONTROLLER, "not the controller")
-                else:
-                    await cluster.create_topic(topic.name, partitions, replication, configs)
+                await cluster.create_topic(
+                    topic.name,
+                    partitions,
+                    replication,
+                    configs,
+                    validate_only=bool(request.validate_only),
+                    timeout_s=deadline.left_s(),
+                )
                 if replication == -1:
                     replication = min(3, cluster.node_count)
             except TopicError as exc:
@@ -116,8 +143,10 @@ def handle_delete_topics(ctx: RequestContext) -> Pending:
     request = decode_request(ctx.header, ctx.frame)
     header = ctx.header
     names = list(request.topic_names or [])
+    timeout_ms = int(request.timeout_ms)
 
     async def finish() -> Response:
+        deadline = _Deadline(timeout_ms)
         results = []
         for name in names:
             error, message = 0, None
@@ -128,7 +157,7 @@ def handle_delete_topics(ctx: RequestContext) -> Pending:
                     )
                 cluster = ctx.broker.cluster
                 if cluster is not None:
-                    await cluster.delete_topic(name)
+                    await cluster.delete_topic(name, deadline.left_s())
                 else:
                     await ctx.broker.delete_topic(name)
             except TopicError as exc:
