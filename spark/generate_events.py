@@ -1,6 +1,6 @@
 """Produce realistic shop events into a VDL topic, for the Spark pipeline (spark/pipeline.py).
 
-    python spark/generate_events.py --bootstrap 127.0.0.1:9092 --events 10000 --rate 500
+    python spark/generate_events.py --bootstrap 127.0.0.1:9092 --events 20000 --rate 5000
 
 Each event is one JSON object keyed by its user id (so a user's events stay in order in one
 partition), e.g.
@@ -8,10 +8,14 @@ partition), e.g.
     {"event_id": "4f1c...", "user_id": "u0042", "type": "add_to_cart", "product": "p017",
      "category": "books", "price": 12.5, "quantity": 2, "event_time": 1763771000123}
 
-``event_time`` is when the event happened on the user's device, in epoch milliseconds. Devices
-report late: a fraction of events carry a time up to ``--max-lateness-s`` in the past, which is
-what the pipeline's watermark is for. Sessions follow a simple funnel (views, some carts,
-fewer purchases). A fixed ``--seed`` gives the same events every time.
+``event_time`` is when the event happened on the user's device, in epoch milliseconds. Event
+time is simulated: the events are spread evenly over the ``--minutes`` before the generator
+started (event i happens ``i * minutes / events`` after the first), however fast they are
+produced, so that a run of a few seconds spans enough one-minute windows for the pipeline's
+watermark to close some. Devices report late: a fraction of events carry a time up to
+``--max-lateness-s`` before that, which is what the pipeline's watermark is for. Sessions follow
+a simple funnel (views, some carts, fewer purchases). A fixed ``--seed`` and ``--start-ms``
+give the same events every time.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -43,13 +48,16 @@ def events(
     seed: int,
     late_fraction: float,
     max_lateness_ms: int,
-    clock: Any = time.time,
+    start_ms: int,
+    span_ms: int,
 ) -> Iterator[dict[str, Any]]:
+    """``count`` events; event i happens at ``start_ms + i * span_ms // count`` on the simulated
+    clock, minus its lateness (up to 500 ms, or up to ``max_lateness_ms`` for late ones)."""
     rng = random.Random(seed)
     carts: dict[str, list[str]] = {}
-    for _ in range(count):
+    for i in range(count):
         user = f"u{rng.randrange(users):04d}"
-        now_ms = int(clock() * 1000)
+        now_ms = start_ms + i * span_ms // count
         event_time = now_ms - (
             rng.randrange(max_lateness_ms) if rng.random() < late_fraction else rng.randrange(500)
         )
@@ -102,9 +110,15 @@ def generate(
     rate: float = 0.0,
     late_fraction: float = 0.1,
     max_lateness_s: float = 90.0,
-    clock: Any = time.time,
+    minutes: float = 10.0,
+    start_ms: int | None = None,
 ) -> int:
-    """Produce ``count`` events (idempotent, acks=all); returns how many were acknowledged."""
+    """Produce ``count`` events (idempotent, acks=all); returns how many were acknowledged.
+
+    Event time spans ``minutes`` from ``start_ms`` (default: that long before now)."""
+    span_ms = int(minutes * 60_000)
+    if start_ms is None:
+        start_ms = int(time.time() * 1000) - span_ms
     ensure_topic(bootstrap, topic, partitions)
     producer = Producer(
         {
@@ -127,7 +141,7 @@ def generate(
 
     started = time.monotonic()
     for i, event in enumerate(
-        events(count, users, seed, late_fraction, int(max_lateness_s * 1000), clock)
+        events(count, users, seed, late_fraction, int(max_lateness_s * 1000), start_ms, span_ms)
     ):
         if rate > 0:
             # Pace against the start, not per event, so a slow poll does not lower the rate.
@@ -163,8 +177,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=0.0, help="events/s; 0 = as fast as possible")
     parser.add_argument("--late-fraction", type=float, default=0.1)
     parser.add_argument("--max-lateness-s", type=float, default=90.0)
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=10.0,
+        help="simulated event time the events span (default 10: closes windows downstream)",
+    )
+    parser.add_argument(
+        "--start-ms",
+        type=int,
+        default=None,
+        help="event time of the first event, epoch ms (default: --minutes before now)",
+    )
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)
+    span_ms = int(args.minutes * 60_000)
+    start_ms = args.start_ms if args.start_ms is not None else int(time.time() * 1000) - span_ms
     started = time.monotonic()
     acked = generate(
         args.bootstrap,
@@ -176,9 +204,19 @@ def main(argv: list[str] | None = None) -> int:
         rate=args.rate,
         late_fraction=args.late_fraction,
         max_lateness_s=args.max_lateness_s,
+        minutes=args.minutes,
+        start_ms=start_ms,
     )
     elapsed = time.monotonic() - started
-    print(f"produced {acked} events into {args.topic!r} in {elapsed:.1f} s", file=sys.stderr)
+    first, last = (
+        datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        for ms in (start_ms, start_ms + span_ms)
+    )
+    print(
+        f"produced {acked} events into {args.topic!r} in {elapsed:.1f} s, "
+        f"event time {first} to {last} UTC",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -8,20 +8,56 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-# Set before pyspark launches anything: the workers must run this interpreter (it has pyarrow,
-# confluent-kafka and vdl), and loopback only.
-_ENV = {"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+# Set before pyspark launches anything (here, or in the environment of a Spark process a test
+# starts): the workers must run this interpreter (it has pyarrow, confluent-kafka and vdl), and
+# loopback only.
+SPARK_ENV = {"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+
+Record = tuple[bytes | None, bytes | None]
+
+
+def read_topic(bootstrap: str, topic: str, partitions: int) -> list[tuple[Record, list[Any]]]:
+    """Everything in the topic now, with headers, read by a plain Kafka consumer."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "spark-test-reader",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    out: list[tuple[Record, list[Any]]] = []
+    at_end: set[int] = set()
+    deadline = time.monotonic() + 60
+    try:
+        while len(at_end) < partitions and time.monotonic() < deadline:
+            for message in consumer.consume(1000, 0.5):
+                partition = message.partition()
+                assert partition is not None
+                if message.error() is not None:
+                    at_end.add(partition)
+                    continue
+                at_end.discard(partition)
+                out.append(((message.key(), message.value()), list(message.headers() or [])))
+    finally:
+        consumer.close()
+    assert len(at_end) == partitions, f"{topic}: not every partition read to its end in 60 s"
+    return out
 
 
 @contextmanager
 def local_spark(workdir: Path) -> Iterator[Any]:
-    saved = {k: os.environ.get(k) for k in _ENV}
-    os.environ.update(_ENV)
+    saved = {k: os.environ.get(k) for k in SPARK_ENV}
+    os.environ.update(SPARK_ENV)
     from pyspark.sql import SparkSession
 
     from vdl.adapters.spark import register

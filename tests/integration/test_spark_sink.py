@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from tests.integration.kafka_clients import confluent_create_topic, confluent_produce
 from tests.integration.node_process import NodeProcess
-from tests.integration.spark_support import local_spark
+from tests.integration.spark_support import Record, local_spark, read_topic
 from vdl.adapters.spark.sink import TAG_HEADER
 
 
@@ -30,38 +28,6 @@ def spark(tmp_path_factory: pytest.TempPathFactory, node: NodeProcess) -> Iterat
     # clients) are gone before the node is asked to shut down.
     with local_spark(tmp_path_factory.mktemp("spark")) as session:
         yield session
-
-
-Record = tuple[bytes | None, bytes | None]
-
-
-def read_topic(bootstrap: str, topic: str, partitions: int) -> list[tuple[Record, list[Any]]]:
-    """Everything in the topic now, with headers, read by a plain Kafka consumer."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "sink-test-reader",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-    out: list[tuple[Record, list[Any]]] = []
-    at_end: set[int] = set()
-    deadline = time.monotonic() + 60
-    try:
-        while len(at_end) < partitions and time.monotonic() < deadline:
-            for message in consumer.consume(1000, 0.5):
-                partition = message.partition()
-                assert partition is not None
-                if message.error() is not None:
-                    at_end.add(partition)
-                    continue
-                at_end.discard(partition)
-                out.append(((message.key(), message.value()), list(message.headers() or [])))
-    finally:
-        consumer.close()
-    return out
 
 
 def source_messages(first: int, count: int) -> list[tuple[bytes, bytes]]:
@@ -188,10 +154,10 @@ def test_pipeline_windows_reach_parquet_and_a_topic(
 ) -> None:
     from spark import generate_events, pipeline
 
-    # A deterministic clock: 600 events 250 ms apart (2.5 minutes of event time), none late;
-    # the same seed and clock give the generator's events here and in the topic.
-    base_s = 1_763_000_040.0
-    events = list(generate_events.events(600, 50, 3, 0.0, 1000, clock=fake_clock(base_s)))
+    # A fixed schedule: 600 events 250 ms apart (2.5 minutes of event time), none late; the
+    # same seed and start give the generator's events here and in the topic.
+    start_ms = 1_763_000_040_000
+    events = list(generate_events.events(600, 50, 3, 0.0, 1000, start_ms, 150_000))
     assert (
         generate_events.generate(
             node.bootstrap,
@@ -201,7 +167,8 @@ def test_pipeline_windows_reach_parquet_and_a_topic(
             users=50,
             late_fraction=0.0,
             max_lateness_s=1,
-            clock=fake_clock(base_s),
+            minutes=2.5,
+            start_ms=start_ms,
         )
         == 600
     )
@@ -252,8 +219,3 @@ def test_pipeline_windows_reach_parquet_and_a_topic(
     assert sorted((r["type"], r["events"]) for r in topic_rows) == sorted(
         (t, n) for (_, t), n in expected.items()
     )
-
-
-def fake_clock(base_s: float) -> Any:
-    ticks = iter(range(1_000_000))
-    return lambda: base_s + next(ticks) * 0.25
