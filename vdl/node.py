@@ -22,7 +22,7 @@ import trio
 
 from vdl.admin.app import AdminApp
 from vdl.admin.http import HttpServer
-from vdl.admin.metrics import node_registry, watch_event_loop_lag
+from vdl.admin.metrics import node_registry, timing_gc_pauses, watch_event_loop_lag
 from vdl.admin.views import NodeView
 from vdl.backends.api import StorageError
 from vdl.backends.registry import open_meta_store
@@ -241,7 +241,8 @@ class Node:
                 # Users likewise, so one `vdl user add` lets the user in on every node.
                 ReplicatedUsers(meta, user_table).register(self._cluster.state)
             try:
-                await self._serve(broker, flusher, cluster_id.decode(), task_status)
+                with timing_gc_pauses():
+                    await self._serve(broker, flusher, cluster_id.decode(), task_status)
             finally:
                 with trio.CancelScope(shield=True):
                     await broker.close()

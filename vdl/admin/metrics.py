@@ -19,8 +19,11 @@ over a cluster counts each once.
 
 from __future__ import annotations
 
+import gc
 import platform
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import trio
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
@@ -52,6 +55,7 @@ _HELP: dict[str, str] = {
     "storage_fdatasync_seconds": "fdatasync of a segment store.",
     "storage_sync_bytes": "Bytes made durable by one sync.",
     "event_loop_lag_seconds": "How late a periodic event-loop task wakes.",
+    "gc_pause_seconds": "One pass of Python's cyclic garbage collector, by generation.",
 }
 
 
@@ -338,6 +342,28 @@ def node_registry(view: NodeView) -> CollectorRegistry:
 
 def render(registry: CollectorRegistry) -> bytes:
     return generate_latest(registry)
+
+
+@contextmanager
+def timing_gc_pauses(stages: StageRegistry = STAGES) -> Iterator[None]:
+    """While inside: record how long each pass of the cyclic garbage collector stops the
+    node (`gc.callbacks`), by generation; a pass is a pause of every thread holding the
+    GIL, so it shows in every request's latency."""
+    hists = [stages.histogram("gc_pause_seconds", generation=str(g)) for g in range(3)]
+    started = 0.0
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        nonlocal started
+        if phase == "start":
+            started = time.perf_counter()
+        else:
+            hists[info["generation"]].observe(time.perf_counter() - started)
+
+    gc.callbacks.append(on_gc)
+    try:
+        yield
+    finally:
+        gc.callbacks.remove(on_gc)
 
 
 async def watch_event_loop_lag(period_s: float = 0.1, stages: StageRegistry = STAGES) -> None:

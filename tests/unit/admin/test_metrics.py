@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 from collections.abc import Iterator
 
@@ -10,7 +11,7 @@ from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from vdl.admin.metrics import stage_families
+from vdl.admin.metrics import stage_families, timing_gc_pauses
 from vdl.metrics.stages import StageRegistry
 
 
@@ -50,3 +51,16 @@ def test_histograms_and_counters_read_back_as_prometheus_families() -> None:
 
     (things,) = families["vdl_things"].samples
     assert (things.name, things.labels, things.value) == ("vdl_things_total", {"kind": "a"}, 5)
+
+
+def test_garbage_collector_passes_are_timed_while_inside_and_only_then() -> None:
+    stages = StageRegistry()
+    with timing_gc_pauses(stages):
+        gc.collect()  # a full pass: generation 2
+        gc.collect(0)
+    gen0 = stages.histogram("gc_pause_seconds", generation="0")
+    gen2 = stages.histogram("gc_pause_seconds", generation="2")
+    assert gen2.count >= 1 and gen0.count >= 1
+    seen = gen2.count
+    gc.collect()
+    assert gen2.count == seen  # the callback went with the context
