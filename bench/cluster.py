@@ -6,7 +6,10 @@
 
 Phases, in order: raw disk ceiling; three `python -m vdl.node` on loopback sharing this
 disk; full-load produce (confluent-kafka, acks=all, idempotent: MB/s and ack latency
-p50/p99/p999); half load (a paced producer at half the full-load rate: latency); one message
+p50/p99/p999); full load of ready-made batches (acks=all Produce requests each carrying one
+prebuilt batch of a producer's 1 MB, 4 in flight per partition leader: what the nodes take
+when the client does no work per message, which a client library on the same 2 cores
+does not leave them); half load (a paced producer at half the full-load rate: latency); one message
 in flight (acks/s); failover (kill -9 of a partition leader under a one-in-flight producer:
 time to the next successful ack); the disk at the half load (below), once the cluster has
 stopped; the Raft core alone vs PySyncObj on the same payload; restart of a node with a
@@ -33,6 +36,14 @@ failover <= 1.5 s; core >= 5x PySyncObj; restart to serving <= 2 s, after SIGTER
 kill -9. A benchmark reports, never asserts. Everything started is stopped and removed on
 exit.
 
+Where the floor is: around each load phase the bench takes the CPU time of every node and
+of itself (the producer with librdkafka's threads), and prints what one MB and one ack cost
+each process. From them, two bounds this machine sets whatever the code's hand-offs: the
+rate the cores allow if nodes and client spent nothing but that CPU (cores / CPU per MB, or
+per ack), and for one message in flight the serial path (leader CPU + one follower's CPU
+per ack, + the disk's own 4 KiB append+fdatasync p50), an estimate that counts all of a
+node's CPU per ack as on the path.
+
 `--sequential-only` starts the cluster and runs just the one-in-flight phase, R times on the
 same cluster, printing each run with the CPU the nodes spent per ack (nothing is saved):
 a quick way to compare commit latency across changes on a noisy machine.
@@ -42,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import shutil
 import sys
 import tempfile
@@ -52,6 +64,7 @@ from typing import Any
 
 from cluster_phases import (
     LatencyRun,
+    batched_produce,
     create_topics,
     failover_once,
     median_stage,
@@ -142,10 +155,13 @@ def start_cluster(workdir: Path, tick_ms: int | None, *node_args: str) -> Cluste
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--messages", type=int, default=200_000, help="full-load messages")
+    parser.add_argument("--messages", type=int, default=400_000, help="full-load messages")
     parser.add_argument("--size", type=int, default=1024, help="value bytes per message")
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--half-seconds", type=float, default=8.0)
+    parser.add_argument(
+        "--batched-seconds", type=float, default=5.0, help="full load of ready-made batches"
+    )
     parser.add_argument("--sequential-seconds", type=float, default=4.0)
     parser.add_argument("--failovers", type=int, default=2)
     parser.add_argument("--core-seconds", type=float, default=3.0)
@@ -223,6 +239,87 @@ def sequential_only(args: argparse.Namespace) -> int:
     return 0
 
 
+@dataclass(frozen=True, slots=True)
+class CpuMark:
+    """CPU seconds so far of each node (by id) and of this process (the client), and the
+    part of the nodes' that was system time."""
+
+    nodes: dict[int, float]
+    nodes_system: dict[int, float]
+    client: float
+
+    @classmethod
+    def take(cls, cluster: Cluster) -> CpuMark:
+        times = {i: n.cpu_times() or (0.0, 0.0) for i, n in cluster.nodes.items()}
+        return cls(
+            {i: user + system for i, (user, system) in times.items()},
+            {i: system for i, (_, system) in times.items()},
+            time.process_time(),
+        )
+
+    def spent_since(self, before: CpuMark) -> dict[str, Any]:
+        return {
+            "nodes": {i: self.nodes[i] - before.nodes.get(i, 0.0) for i in self.nodes},
+            "nodes_system": {
+                i: self.nodes_system[i] - before.nodes_system.get(i, 0.0) for i in self.nodes_system
+            },
+            "client": self.client - before.client,
+        }
+
+
+def partition_leader(bootstrap: str, topic: str) -> int:
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    return int(md.topics[topic].partitions[0].leader)
+
+
+def _per_mb(spent: dict[str, Any], run: LatencyRun) -> tuple[dict[int, float], float]:
+    mb = max(run.mb_per_s * run.seconds, 1e-9)
+    return {i: 1000 * s / mb for i, s in spent["nodes"].items()}, 1000 * spent["client"] / mb
+
+
+def floor(
+    cpu: dict[str, dict[str, Any]],
+    full: LatencyRun,
+    batched: LatencyRun,
+    seq_acks: int,
+    leader: int,
+    disk_p50_ms: float,
+) -> dict[str, Any]:
+    """What the CPU the processes spent per MB and per ack allows on this machine."""
+    cores = os.cpu_count() or 1
+    spent = cpu["full load"]
+    node_ms, client_ms = _per_mb(spent, full)
+    per_mb = sum(node_ms.values()) + client_ms
+    batched_node_ms, batched_client_ms = _per_mb(cpu["full load, batches"], batched)
+    batched_per_mb = sum(batched_node_ms.values()) + batched_client_ms
+    seq = cpu["one in flight"]
+    acks = max(seq_acks, 1)
+    node_us = {i: 1e6 * s / acks for i, s in seq["nodes"].items()}
+    client_us = 1e6 * seq["client"] / acks
+    follower_us = min(us for i, us in node_us.items() if i != leader)
+    serial_us = node_us[leader] + follower_us + 1000 * disk_p50_ms
+    return {
+        "cores": cores,
+        "full_load_ms_per_mb": {"nodes": node_ms, "client": client_ms},
+        "full_load_busiest_node_core_pct": 100 * max(spent["nodes"].values()) / full.seconds,
+        "full_load_cpu_bound_mb_per_s": 1000 * cores / per_mb,
+        "batches_ms_per_mb": {"nodes": batched_node_ms, "client": batched_client_ms},
+        "batches_nodes_system_share": sum(cpu["full load, batches"]["nodes_system"].values())
+        / max(sum(cpu["full load, batches"]["nodes"].values()), 1e-9),
+        "one_in_flight_nodes_system_share": sum(seq["nodes_system"].values())
+        / max(sum(seq["nodes"].values()), 1e-9),
+        "batches_busiest_node_core_pct": 100
+        * max(cpu["full load, batches"]["nodes"].values())
+        / batched.seconds,
+        "batches_cpu_bound_mb_per_s": 1000 * cores / batched_per_mb,
+        "one_in_flight_leader": leader,
+        "one_in_flight_us_per_ack": {"nodes": node_us, "client": client_us},
+        "one_in_flight_cpu_bound_per_s": 1e6 * cores / (sum(node_us.values()) + client_us),
+        "one_in_flight_serial_path_us": serial_us,
+        "one_in_flight_serial_path_per_s": 1e6 / serial_us,
+    }
+
+
 def _leaders_ready(bootstrap: str, topics: dict[str, int], timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -287,6 +384,7 @@ def render(result: dict[str, Any]) -> str:
     raw = result["raw_disk"]
     ceiling3 = raw["bulk_reference_mb_per_s"] / 3
     full, half = result["full_load"], result["half_load"]
+    batched = result["full_load_batches"]
     seq, fail, core = result["sequential"], result["failover"], result["core"]
     ratio = full["mb_per_s"] / ceiling3
     rows = [
@@ -316,6 +414,14 @@ def render(result: dict[str, Any]) -> str:
             f"{full['msgs_per_s']:.0f} msg/s; nodes' CPU "
             f"{full['node_cpu_pct']:.0f}% of one core (2 cores)",
             "",
+        ),
+        (
+            "full load, ready-made batches (no client work)",
+            f"{batched['mb_per_s']:.1f} MB/s",
+            f"{batched['ratio_to_fair_ceiling']:.0%} of ceiling/3 (target >= "
+            f"{THROUGHPUT_TARGET:.0%}); request p50 {batched['p50_ms']:.1f} / p99 "
+            f"{batched['p99_ms']:.1f} ms, errors {batched['errors']}",
+            _verdict(batched["ratio_to_fair_ceiling"] >= THROUGHPUT_TARGET),
         ),
         (
             "half load",
@@ -368,6 +474,7 @@ def render(result: dict[str, Any]) -> str:
     else:
         rows.append(("PySyncObj", "skipped", str((ref or {}).get("error")), ""))
     rows.extend(_restart_rows(result["restart"]))
+    rows.extend(_floor_rows(result["floor"], ceiling3))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     return "\n".join(lines)
@@ -398,6 +505,66 @@ def _half_load_disk_rows(disk: dict[str, Any], half: dict[str, Any]) -> list[Row
     if disk["append_bytes_source"].startswith("fallback"):
         rows.append(("  (disk at half load)", "", disk["append_bytes_source"], ""))
     return rows
+
+
+def _floor_rows(floor: dict[str, Any], ceiling3: float) -> list[Row]:
+    cores = floor["cores"]
+    per_mb = floor["full_load_ms_per_mb"]
+    per_ack = floor["one_in_flight_us_per_ack"]
+    leader = floor["one_in_flight_leader"]
+    bound = floor["full_load_cpu_bound_mb_per_s"]
+
+    def nodes(values: dict[Any, float], unit: str) -> str:
+        return ", ".join(
+            f"node {i}{' (leader)' if int(i) == leader else ''} {v:.{1 if unit == 'ms' else 0}f}"
+            for i, v in sorted(values.items(), key=lambda kv: int(kv[0]))
+        )
+
+    batches_mb = floor["batches_ms_per_mb"]
+    batches_bound = floor["batches_cpu_bound_mb_per_s"]
+    return [
+        (
+            "floor: CPU per MB, ready-made batches",
+            f"{sum(batches_mb['nodes'].values()) + batches_mb['client']:.1f} ms/MB",
+            f"{nodes(batches_mb['nodes'], 'ms')}, client {batches_mb['client']:.1f}; nodes' "
+            f"system time {floor['batches_nodes_system_share']:.0%}; busiest node "
+            f"{floor['batches_busiest_node_core_pct']:.0f}% of one core",
+            "",
+        ),
+        (
+            f"  {cores} cores at that cost",
+            f"{batches_bound:.0f} MB/s",
+            f"{batches_bound / ceiling3:.0%} of ceiling/3: the most these nodes can take here",
+            "",
+        ),
+        (
+            "floor: CPU per MB at full load",
+            f"{sum(per_mb['nodes'].values()) + per_mb['client']:.1f} ms/MB",
+            f"{nodes(per_mb['nodes'], 'ms')}, client {per_mb['client']:.1f}; busiest node "
+            f"{floor['full_load_busiest_node_core_pct']:.0f}% of one core",
+            "",
+        ),
+        (
+            f"  {cores} cores at that cost",
+            f"{bound:.0f} MB/s",
+            f"{bound / ceiling3:.0%} of ceiling/3: the most this machine allows with this client",
+            "",
+        ),
+        (
+            "floor: CPU per ack, one in flight",
+            f"{sum(per_ack['nodes'].values()) + per_ack['client']:.0f} us",
+            f"{nodes(per_ack['nodes'], 'us')}, client {per_ack['client']:.0f}; nodes' system "
+            f"time {floor['one_in_flight_nodes_system_share']:.0%}",
+            "",
+        ),
+        (
+            "  serial path: leader + follower CPU + disk",
+            f"{floor['one_in_flight_serial_path_per_s']:.0f} /s",
+            f"{floor['one_in_flight_serial_path_us']:.0f} us an ack; {cores} cores at the "
+            f"CPU above: {floor['one_in_flight_cpu_bound_per_s']:.0f} /s",
+            "",
+        ),
+    ]
 
 
 def _restart_rows(restart: dict[str, Any]) -> list[Row]:
@@ -457,11 +624,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"full load: {args.messages} x {args.size} B...", file=sys.stderr)
         # Stage timings per load phase: the difference of the nodes' snapshots around it.
         stage_marks = [stage_snapshot(cluster.nodes)]
+        cpu_marks = [CpuMark.take(cluster)]
         cpu_before = cluster.cpu_seconds()
         full = paced_produce(cluster.bootstrap, TOPIC, args.size, count=args.messages)
         cpu_after = cluster.cpu_seconds()
+        cpu_marks.append(CpuMark.take(cluster))
         stage_marks.append(stage_snapshot(cluster.nodes))
         node_cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
+        print("full load, ready-made batches...", file=sys.stderr)
+        batched = batched_produce(
+            cluster.bootstrap, TOPIC, args.partitions, args.size, seconds=args.batched_seconds
+        )
+        cpu_marks.append(CpuMark.take(cluster))
+        stage_marks.append(stage_snapshot(cluster.nodes))
         print("half load...", file=sys.stderr)
         half = paced_produce(
             cluster.bootstrap,
@@ -470,19 +645,22 @@ def main(argv: list[str] | None = None) -> int:
             rate=full.msgs_per_s / 2,
             seconds=args.half_seconds,
         )
+        cpu_marks.append(CpuMark.take(cluster))
         stage_marks.append(stage_snapshot(cluster.nodes))
         print("one in flight...", file=sys.stderr)
         sequential = run_sequential(cluster.bootstrap, args.size, args.sequential_seconds)
+        cpu_marks.append(CpuMark.take(cluster))
         stage_marks.append(stage_snapshot(cluster.nodes))
+        phases = ("full load", "full load, batches", "half load", "one in flight")
         stages = {
             name: stage_phase(after, before)
-            for name, before, after in zip(
-                ("full load", "half load", "one in flight"),
-                stage_marks[:-1],
-                stage_marks[1:],
-                strict=True,
-            )
+            for name, before, after in zip(phases, stage_marks[:-1], stage_marks[1:], strict=True)
         }
+        cpu = {
+            name: after.spent_since(before)
+            for name, before, after in zip(phases, cpu_marks[:-1], cpu_marks[1:], strict=True)
+        }
+        seq_leader = partition_leader(cluster.bootstrap, SEQUENTIAL_TOPIC)
         node_dirs = [node.data_dir for node in cluster.nodes.values()]
         failovers: list[float] = []
         for round_ in range(args.failovers):
@@ -527,6 +705,10 @@ def main(argv: list[str] | None = None) -> int:
             "node_cpu_pct": 100 * (node_cpu or 0.0) / full.seconds,
             "ratio_to_fair_ceiling": full.mb_per_s / (best / 3),
         },
+        "full_load_batches": {
+            **batched.as_dict(),
+            "ratio_to_fair_ceiling": batched.mb_per_s / (best / 3),
+        },
         "half_load": half.as_dict(),
         "half_load_disk": half_disk,
         "sequential": {
@@ -539,6 +721,8 @@ def main(argv: list[str] | None = None) -> int:
         "core": {**asdict(core), "per_s": core.per_s},
         "pysyncobj": reference,
         "restart": restart,
+        "cpu": cpu,
+        "floor": floor(cpu, full, batched, sequential.acks, seq_leader, raw_small.p50_ms),
         "stages": {name: stages_json(per_node) for name, per_node in stages.items()},
     }
     if reference.get("per_s"):

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import statistics
+import struct
 import subprocess
 import sys
 import threading
@@ -74,6 +76,96 @@ class LatencyRun:
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "msgs_per_s": self.msgs_per_s, "mb_per_s": self.mb_per_s}
+
+
+def batched_produce(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    size: int,
+    *,
+    seconds: float,
+    batch_bytes: int = 1_000_000,
+    window: int = 4,
+) -> LatencyRun:
+    """acks=all Produce requests (v7) of one ready-made batch of `size`-byte records, as
+    much as a producer's `batch.size` holds, to each partition's leader over a connection
+    of its own with `window` requests in flight, for `seconds`. The client does no work
+    per message, so this is what the nodes take, not what a client library gives them.
+    Latency is a request's send to its response."""
+    from kafka.protocol.producer import ProduceRequest, ProduceResponse
+
+    from vdl.log.record_batch import Record, build_batch
+
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30)
+    leaders = {p: md.brokers[meta.leader] for p, meta in md.topics[topic].partitions.items()}
+    now_ms = int(time.time() * 1000)
+    values = [os.urandom(size) for _ in range(VALUE_POOL)]
+    per_batch = max(1, batch_bytes // (size + 16))
+    records = [Record(None, values[i % VALUE_POOL], now_ms) for i in range(per_batch)]
+    batch = build_batch(records)
+    latencies: list[float] = []
+    errors = [0]
+    delivered = [0]
+    lock = threading.Lock()
+    deadline = time.perf_counter() + seconds
+
+    def request(partition: int, correlation_id: int) -> bytes:
+        produce = ProduceRequest(
+            transactional_id=None,
+            acks=-1,
+            timeout_ms=30_000,
+            topic_data=[
+                ProduceRequest.TopicProduceData(
+                    name=topic,
+                    partition_data=[
+                        ProduceRequest.TopicProduceData.PartitionProduceData(
+                            index=partition, records=batch
+                        )
+                    ],
+                )
+            ],
+            version=7,
+        )
+        produce.with_header(correlation_id=correlation_id, client_id="bench")
+        return bytes(produce.encode(header=True, framed=True))
+
+    def drive(partition: int) -> None:
+        leader = leaders[partition]
+        sent: list[float] = []
+        done: list[float] = []
+        failed = acked = 0
+        with socket.create_connection((leader.host, leader.port)) as sock:
+            sock.settimeout(60)
+            correlation = 0
+            while time.perf_counter() < deadline or correlation > len(done):
+                while correlation - len(done) < window and time.perf_counter() < deadline:
+                    correlation += 1
+                    sent.append(time.perf_counter())
+                    sock.sendall(request(partition, correlation))
+                head = sock.recv(4, socket.MSG_WAITALL)
+                (length,) = struct.unpack(">i", head)
+                body = sock.recv(length, socket.MSG_WAITALL)
+                done.append(time.perf_counter())
+                answer = ProduceResponse.decode(body[4:], version=7)
+                if answer.responses[0].partition_responses[0].error_code:
+                    failed += 1
+                else:
+                    acked += 1
+        with lock:
+            latencies.extend(d - s for s, d in zip(sent, done, strict=True))
+            errors[0] += failed
+            delivered[0] += acked * per_batch
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=drive, args=(p,)) for p in sorted(leaders)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - start
+    p50, p99, p999 = tail_percentiles_ms(latencies)
+    return LatencyRun(delivered[0], errors[0], elapsed, size, p50, p99, p999)
 
 
 def paced_produce(

@@ -104,6 +104,12 @@ class BenchNode:
 
     def cpu_seconds(self) -> float | None:
         """User+system CPU time of the node so far (Linux /proc), or None if unavailable."""
+        times = self.cpu_times()
+        return None if times is None else sum(times)
+
+    def cpu_times(self) -> tuple[float, float] | None:
+        """(user, system) CPU time of the node so far (Linux /proc), or None if unavailable:
+        system time is the kernel's work for it (copies into sockets and the page cache)."""
         if self.process is None:
             return None
         try:
@@ -112,7 +118,8 @@ class BenchNode:
             return None
         # Fields after the parenthesised command name; utime and stime are fields 14 and 15.
         fields = stat.rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        tick = os.sysconf("SC_CLK_TCK")
+        return int(fields[11]) / tick, int(fields[12]) / tick
 
     def stop(self, timeout: float = 60.0) -> int | None:
         """SIGTERM, wait for a clean exit; kill only if it does not come."""
