@@ -1,7 +1,7 @@
 """A 3-node cluster (RF 3, acks=all) against this disk's raw ceiling and PySyncObj, in one run.
 
     .venv/bin/python bench/cluster.py [--messages N] [--size B] [--partitions P]
-        [--no-restart] [--restart-gib G]
+        [--no-restart] [--restart-gib G] [--restart-small-mib M]
     .venv/bin/python bench/cluster.py --sequential-only [--sequential-rounds R]
 
 Phases, in order: raw disk ceiling; three `python -m vdl.node` on loopback sharing this
@@ -26,7 +26,9 @@ The restart phase starts one single-node VDL (no peers), fills one topic's one-p
 log with `--restart-gib` GiB (acks=all, 1 MB batches: the fill rate is reported too), then
 restarts it on the same data dir after SIGTERM and again after kill -9 (the recovery path),
 timing each from just before the spawn until a produce (acks=all) is acknowledged and the
-partition's high watermark is the previous end + 1. `--no-restart` skips it.
+partition's high watermark is the previous end + 1; then the same with a log of
+`--restart-small-mib` MiB of one-record 1 KiB batches (each its own log entry: the most
+index records and recovery work per byte). `--no-restart` skips both.
 
 The three replicas write to the same disk, so the fair ceiling for the cluster is a third
 of the raw one. PySyncObj is not a VDL dependency: `pip install pysyncobj` into the venv
@@ -174,6 +176,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--restart-gib", type=float, default=1.0, help="log size of the restart phase (GiB)"
     )
+    parser.add_argument(
+        "--restart-small-mib",
+        type=float,
+        default=128.0,
+        help="log size of the restart of a log of one-record 1 KiB batches (MiB; 0: skip)",
+    )
     parser.add_argument("--dir", type=Path, default=None, help="parent of the work directory")
     parser.add_argument("--no-save", action="store_true")
     parser.add_argument(
@@ -190,14 +198,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def restart_phase(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    """The restart of a node with a `--restart-gib` log; a failure is reported, with the
-    node's log tail on stderr, and the other phases' results are kept."""
+def restart_phase(
+    args: argparse.Namespace, workdir: Path, *, one_record_batches: bool = False
+) -> dict[str, Any]:
+    """The restart of a node with a `--restart-gib` log (or `--restart-small-mib` of
+    one-record batches); a failure is reported, with the node's log tail on stderr, and
+    the other phases' results are kept."""
     if args.no_restart:
         return {"skipped": "--no-restart"}
-    print(f"restart of a node with a {args.restart_gib:g} GiB log...", file=sys.stderr)
+    size = int(args.restart_small_mib * MIB) if one_record_batches else int(args.restart_gib * GIB)
+    if size <= 0:
+        return {"skipped": "--restart-small-mib 0"}
+    what = "one-record batches" if one_record_batches else "batches of up to 1 MB"
+    print(f"restart of a node with {size / MIB:g} MiB of {what}...", file=sys.stderr)
     try:
-        return restart_to_serving(workdir, int(args.restart_gib * GIB)).as_dict()
+        return restart_to_serving(workdir, size, one_record_batches=one_record_batches).as_dict()
     except Exception as exc:
         log = workdir / "restart-node.log"
         if log.exists():
@@ -474,6 +489,7 @@ def render(result: dict[str, Any]) -> str:
     else:
         rows.append(("PySyncObj", "skipped", str((ref or {}).get("error")), ""))
     rows.extend(_restart_rows(result["restart"]))
+    rows.extend(_restart_rows(result["restart_one_record_batches"], small=True))
     rows.extend(_floor_rows(result["floor"], ceiling3))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
@@ -567,20 +583,26 @@ def _floor_rows(floor: dict[str, Any], ceiling3: float) -> list[Row]:
     ]
 
 
-def _restart_rows(restart: dict[str, Any]) -> list[Row]:
+def _restart_rows(restart: dict[str, Any], *, small: bool = False) -> list[Row]:
+    kind = "one-record batches" if small else "a large log"
     if "skipped" in restart or "error" in restart:
         what = restart.get("skipped") or restart.get("error")
         return [
             (
-                "restart of a node with a large log",
+                f"restart of a node with {kind}",
                 "skipped" if "skipped" in restart else "failed",
                 str(what),
                 "",
             )
         ]
+    fill = (
+        f"{restart['fill_messages']} one-record batches of 1 KiB"
+        if small
+        else f"{restart['fill_bytes'] / GIB:.2f} GiB"
+    )
     rows: list[Row] = [
         (
-            f"restart: fill {restart['fill_bytes'] / GIB:.2f} GiB, 1 node, 1 partition",
+            f"restart: fill {fill}, 1 node, 1 partition",
             f"{restart['fill_mb_per_s']:.1f} MB/s",
             f"acks=all; {restart['data_dir_bytes'] / GIB:.2f} GiB on disk, "
             f"{restart['segment_files']} segments",
@@ -679,6 +701,7 @@ def main(argv: list[str] | None = None) -> int:
         core = run_core(args.size, args.core_seconds)
         reference = pysyncobj_commits(args.size, args.core_seconds + 2, args.pysyncobj_window)
         restart = restart_phase(args, workdir)
+        restart_small = restart_phase(args, workdir, one_record_batches=True)
         raw_runs.append(bulk_append(raw_dir, args.raw_mib * MIB))
     finally:
         if cluster is not None:
@@ -721,6 +744,7 @@ def main(argv: list[str] | None = None) -> int:
         "core": {**asdict(core), "per_s": core.per_s},
         "pysyncobj": reference,
         "restart": restart,
+        "restart_one_record_batches": restart_small,
         "cpu": cpu,
         "floor": floor(cpu, full, batched, sequential.acks, seq_leader, raw_small.p50_ms),
         "stages": {name: stages_json(per_node) for name, per_node in stages.items()},

@@ -87,12 +87,14 @@ def batched_produce(
     seconds: float,
     batch_bytes: int = 1_000_000,
     window: int = 4,
+    total_bytes: int | None = None,
 ) -> LatencyRun:
     """acks=all Produce requests (v7) of one ready-made batch of `size`-byte records, as
     much as a producer's `batch.size` holds, to each partition's leader over a connection
     of its own with `window` requests in flight, for `seconds`. The client does no work
     per message, so this is what the nodes take, not what a client library gives them.
-    Latency is a request's send to its response."""
+    Latency is a request's send to its response. With `total_bytes`, each connection stops
+    once its share of that many value bytes is sent (or at `seconds`, whichever is first)."""
     from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
     from vdl.log.record_batch import Record, build_batch
@@ -109,6 +111,9 @@ def batched_produce(
     delivered = [0]
     lock = threading.Lock()
     deadline = time.perf_counter() + seconds
+    budget = None
+    if total_bytes is not None:
+        budget = -(-total_bytes // (per_batch * size * len(leaders)))  # requests per connection
 
     def request(partition: int, correlation_id: int) -> bytes:
         produce = ProduceRequest(
@@ -138,8 +143,12 @@ def batched_produce(
         with socket.create_connection((leader.host, leader.port)) as sock:
             sock.settimeout(60)
             correlation = 0
-            while time.perf_counter() < deadline or correlation > len(done):
-                while correlation - len(done) < window and time.perf_counter() < deadline:
+
+            def more() -> bool:
+                return time.perf_counter() < deadline and (budget is None or correlation < budget)
+
+            while more() or correlation > len(done):
+                while correlation - len(done) < window and more():
                     correlation += 1
                     sent.append(time.perf_counter())
                     sock.sendall(request(partition, correlation))
@@ -387,22 +396,50 @@ class RestartRun:
 RESTART_VALUE_BYTES = 64 * 1024
 
 
-def restart_to_serving(workdir: Path, log_bytes: int, topic: str = "bench-restart") -> RestartRun:
+# Values of the fill in one-record batches: every Produce request one 1 KiB record.
+SMALL_VALUE_BYTES = 1024
+
+
+def restart_to_serving(
+    workdir: Path, log_bytes: int, topic: str = "bench-restart", *, one_record_batches: bool = False
+) -> RestartRun:
     """One single-node VDL (no peers) whose one-partition topic's log is filled with at
     least `log_bytes`, then restarted on its data dir twice: after SIGTERM (clean stop),
-    then after SIGKILL (recovery). The node and its directory are removed at the end."""
+    then after SIGKILL (recovery). The node and its directory are removed at the end.
+
+    The fill: 64 KiB values in batches of up to 1 MB (confluent-kafka), or with
+    `one_record_batches` 1 KiB values each in a batch of its own (ready-made Produce
+    requests, 64 in flight): a log of many small entries, whose indexes and recovery scan
+    cost more per byte."""
     data_dir = workdir / "restart-node"
     # INFO: the node's own account of its start (the log stays in the work directory).
     node = BenchNode(data_dir, workdir / "restart-node.log", "--log-level", "INFO")
     try:
         node.start()
         _create_single_topic(node.bootstrap, topic)
-        fill_messages, fill_seconds = _fill(node.bootstrap, topic, log_bytes)
+        if one_record_batches:
+            filled = batched_produce(
+                node.bootstrap,
+                topic,
+                1,
+                SMALL_VALUE_BYTES,
+                seconds=3600,
+                batch_bytes=SMALL_VALUE_BYTES,
+                window=64,
+                total_bytes=log_bytes,
+            )
+            if filled.errors:
+                raise RuntimeError(f"{filled.errors} fill requests failed")
+            fill_messages, fill_seconds = filled.delivered, filled.seconds
+            value_bytes = SMALL_VALUE_BYTES
+        else:
+            fill_messages, fill_seconds = _fill(node.bootstrap, topic, log_bytes)
+            value_bytes = RESTART_VALUE_BYTES
         end = _high_watermark(node.bootstrap, topic, timeout=30)
         files = [f for f in data_dir.rglob("*") if f.is_file()]
         run = RestartRun(
             topic=topic,
-            fill_bytes=fill_messages * RESTART_VALUE_BYTES,
+            fill_bytes=fill_messages * value_bytes,
             fill_messages=fill_messages,
             fill_seconds=fill_seconds,
             data_dir_bytes=sum(f.stat().st_size for f in files),
