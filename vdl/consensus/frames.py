@@ -59,8 +59,9 @@ def decode_hello(data: bytes) -> int:
 
 
 def encode_frame(group_id: int, message: Message) -> bytes:
-    body = wire.encode(message)
-    return _FRAME_HEAD.pack(8 + len(body), group_id) + body
+    parts = wire.encode_parts(message)
+    length = 8 + sum(len(part) for part in parts)
+    return b"".join([_FRAME_HEAD.pack(length, group_id), *parts])
 
 
 def encode_forward(command: bytes) -> bytes:

@@ -39,17 +39,14 @@ class Compacted(Exception):
     """The requested entries are no longer in the log (retention or snapshot)."""
 
 
-def _entry_size(entry: Entry) -> int:
-    return len(entry.payload) + 24  # rough per-entry framing, so empty entries still count
-
-
 def limit_size(entries: list[Entry], max_bytes: int | None) -> list[Entry]:
     """The longest prefix within max_bytes, but always at least one entry."""
     if max_bytes is None or not entries:
         return entries
     total = 0
     for i, entry in enumerate(entries):
-        total += _entry_size(entry)
+        # Rough per-entry framing (24), so empty entries still count.
+        total += len(entry.payload) + 24
         if total > max_bytes and i > 0:
             return entries[:i]
     return entries

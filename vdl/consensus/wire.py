@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import struct
 
-from vdl.backends.api import Entry, EntryType
+from vdl.backends.api import Buffer, Entry, EntryType
 from vdl.consensus.membership import Config, decode_config, encode_config
 from vdl.consensus.messages import (
     AppendEntries,
@@ -70,15 +70,28 @@ _KINDS: dict[type, int] = {
 
 
 def encode(m: Message) -> bytes:
-    out = bytearray(_HEAD.pack(_KINDS[type(m)], m.src, m.dst, m.term))
+    return b"".join(encode_parts(m))
+
+
+def encode_parts(m: Message) -> list[Buffer]:
+    """The message's encoding in pieces, to be joined once (with a frame head, say):
+    entry payloads are not copied until then."""
+    head = _HEAD.pack(_KINDS[type(m)], m.src, m.dst, m.term)
     if isinstance(m, AppendEntries):
-        out += _APPEND.pack(m.prev_index, m.prev_term, m.commit, len(m.entries))
-        for i, entry in enumerate(m.entries):
-            if entry.index != m.prev_index + 1 + i:
+        count = len(m.entries)
+        parts: list[Buffer] = [head, _APPEND.pack(m.prev_index, m.prev_term, m.commit, count)]
+        pack = _ENTRY.pack
+        index = m.prev_index
+        for entry in m.entries:
+            index += 1
+            if entry.index != index:
                 raise ValueError("AppendEntries entries must follow prev_index contiguously")
-            out += _ENTRY.pack(entry.term, entry.type, len(entry.payload))
-            out += entry.payload
-    elif isinstance(m, AppendResponse):
+            payload = entry.payload
+            parts.append(pack(entry.term, entry.type, len(payload)))
+            parts.append(payload)
+        return parts
+    out = bytearray(head)
+    if isinstance(m, AppendResponse):
         out += _APPEND_RESP.pack(m.index, m.reject, m.hint_index, m.hint_term)
     elif isinstance(m, Heartbeat):
         out += _HEARTBEAT.pack(m.commit, m.quiesce)
@@ -91,7 +104,7 @@ def encode(m: Message) -> bytes:
         out += _SNAP.pack(m.snapshot.index, m.snapshot.term)
         out += _U32.pack(len(config)) + config
         out += _U32.pack(len(m.handle)) + m.handle
-    return bytes(out)
+    return [out]
 
 
 class _Reader:
@@ -122,21 +135,8 @@ def decode(data: bytes | bytearray | memoryview) -> Message:
     if kind == 1:
         prev_index, prev_term, commit, count = r.unpack(_APPEND)
         _check_numbers(prev_index + count, prev_term, commit)
-        entries = []
-        for i in range(count):
-            entry_term, entry_type, length = r.unpack(_ENTRY)
-            _check_numbers(entry_term)
-            try:
-                etype = EntryType(entry_type)
-            except ValueError as exc:
-                raise WireError(f"unknown entry type {entry_type}") from exc
-            payload = r.take(length)
-            if etype == EntryType.CONFIG:
-                # Checked here, where the connection that sent it can still be dropped:
-                # the core decodes it again when the entry is appended.
-                _decode_config(payload)
-            entries.append(Entry(entry_term, prev_index + 1 + i, etype, payload))
-        m = AppendEntries(src, dst, term, prev_index, prev_term, commit, tuple(entries))
+        entries = _decode_entries(r, prev_index, count)
+        m = AppendEntries(src, dst, term, prev_index, prev_term, commit, entries)
     elif kind == 2:
         index, reject, hint_index, hint_term = r.unpack(_APPEND_RESP)
         _check_numbers(index, hint_index, hint_term)
@@ -169,6 +169,41 @@ def decode(data: bytes | bytearray | memoryview) -> Message:
     if r.pos != len(r.data):
         raise WireError("trailing bytes after message")
     return m
+
+
+_ENTRY_TYPES = {int(t): t for t in EntryType}
+
+
+def _decode_entries(r: _Reader, prev_index: int, count: int) -> tuple[Entry, ...]:
+    """`count` entries from `r`, indexes from prev_index + 1 (the per-entry loop of a
+    follower's every append: struct and slice calls only, no per-entry helper calls)."""
+    data, pos, end = r.data, r.pos, len(r.data)
+    size, unpack = _ENTRY.size, _ENTRY.unpack_from
+    entries: list[Entry] = []
+    index = prev_index
+    for _ in range(count):
+        if pos + size > end:
+            raise WireError("message truncated")
+        entry_term, entry_type, length = unpack(data, pos)
+        pos += size
+        if entry_term >= MAX_NUMBER:
+            raise WireError("a node id, term or index out of range")
+        etype = _ENTRY_TYPES.get(entry_type)
+        if etype is None:
+            raise WireError(f"unknown entry type {entry_type}")
+        stop = pos + length
+        if stop > end:
+            raise WireError("message truncated")
+        payload = bytes(data[pos:stop])
+        pos = stop
+        if etype is EntryType.CONFIG:
+            # Checked here, where the connection that sent it can still be dropped: the
+            # core decodes it again when the entry is appended.
+            _decode_config(payload)
+        index += 1
+        entries.append(Entry(entry_term, index, etype, payload))
+    r.pos = pos
+    return tuple(entries)
 
 
 def _check_numbers(*values: int) -> None:
