@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from confluent_kafka.admin import AdminClient
 
 from tests.integration.cluster_support import Cluster
 from tests.integration.test_groups_cluster import find_coordinator
+from tests.integration.waiting import wait_until
 
 TOPIC = "balanced"
 PARTITIONS = 6
@@ -27,20 +29,14 @@ def _assignment(cluster: Cluster) -> dict[int, tuple[int, ...]]:
     return {p: tuple(int(r) for r in part.replicas) for p, part in parts.items()}
 
 
-def _wait_until(check: Callable[[], object], timeout: float, what: str) -> None:
-    """Poll `check` until it returns True (anything else is what it saw, for the message);
-    errors while leaders move are part of waiting."""
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-            if last is True:
-                return
-        except (KafkaException, KeyError, OSError) as exc:
-            last = exc
-        time.sleep(0.2)
-    raise AssertionError(f"not {what} within {timeout}s (last seen: {last!r})")
+# The checks return True once there, anything else is what they saw (for the message);
+# errors while leaders move are part of waiting.
+_until = partial(
+    wait_until,
+    timeout=30,
+    done=lambda seen: seen is True,
+    tolerate=(KafkaException, KeyError, OSError),
+)
 
 
 def test_partition_leaders_return_to_their_preferred_replicas(cluster: Cluster) -> None:
@@ -52,7 +48,7 @@ def test_partition_leaders_return_to_their_preferred_replicas(cluster: Cluster) 
         assignment.update(_assignment(cluster))
         return len(assignment) == PARTITIONS or assignment
 
-    _wait_until(known, 30, "known to the nodes")
+    _until(known, "known to the nodes")
     preferred = {p: replicas[0] for p, replicas in assignment.items()}
     assert sorted(preferred.values()) == [1, 1, 2, 2, 3, 3]
 
@@ -60,7 +56,7 @@ def test_partition_leaders_return_to_their_preferred_replicas(cluster: Cluster) 
         leaders = cluster.leaders(TOPIC)
         return leaders == preferred or leaders
 
-    _wait_until(balanced, 30, "led by the preferred replicas")
+    _until(balanced, "led by the preferred replicas")
 
     cluster.nodes[1].kill()
 
@@ -69,12 +65,12 @@ def test_partition_leaders_return_to_their_preferred_replicas(cluster: Cluster) 
         on_survivors = sorted(leaders) == sorted(preferred)
         return (on_survivors and all(n in (2, 3) for n in leaders.values())) or leaders
 
-    _wait_until(failed_over, 30, "led by the survivors")
+    _until(failed_over, "led by the survivors")
 
     cluster.nodes[1].start()
     started = time.monotonic()
     # Each node leads two partitions again, the ones it is the first replica of.
-    _wait_until(balanced, 30, "back on the preferred replicas after the restart")
+    _until(balanced, "back on the preferred replicas after the restart")
     print(f"leaders balanced {time.monotonic() - started:.1f}s after the restart")
 
 
@@ -113,10 +109,10 @@ def _agreed_on(cluster: Cluster, nodes: set[int]) -> Callable[[], object]:
 
 
 def test_the_metadata_leader_moves_into_the_metadata_dc(dc_cluster: Cluster) -> None:
-    _wait_until(_agreed_on(dc_cluster, {3}), 30, "the metadata leader on node 3")
+    _until(_agreed_on(dc_cluster, {3}), "the metadata leader on node 3")
     dc_cluster.nodes[3].kill()
-    _wait_until(_agreed_on(dc_cluster, {1, 2}), 30, "the metadata leader in west")
+    _until(_agreed_on(dc_cluster, {1, 2}), "the metadata leader in west")
     # Node 3 only comes back to leadership by a transfer: the west leader keeps its
     # lease, so no election would hand node 3 the group by chance.
     dc_cluster.nodes[3].start()
-    _wait_until(_agreed_on(dc_cluster, {3}), 30, "the metadata leader back in east")
+    _until(_agreed_on(dc_cluster, {3}), "the metadata leader back in east")

@@ -35,11 +35,11 @@ from kafka.structs import OffsetAndMetadata
 
 from tests.integration.kafka_clients import confluent_create_topic, confluent_produce
 from tests.integration.node_process import NodeProcess
+from tests.integration.waiting import wait_until
 
 SESSION_MS = 6000
 HEARTBEAT_MS = 500
 DELAY_MS = 200
-WAIT_S = 40
 
 
 @pytest.fixture
@@ -231,15 +231,6 @@ class AioKafkaMember(Member):
 
 
 MemberFactory = Callable[[str, str, str, str, GroupLog], Member]
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def settled(log: GroupLog, members: list[Member]) -> Callable[[], bool]:

@@ -10,7 +10,7 @@ sleeping: once its offsets are gone, the retention has passed for the others too
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +26,7 @@ from tests.integration.kafka_clients import confluent_create_topic, confluent_pr
 from tests.integration.node_process import NodeProcess
 from tests.integration.test_groups_cluster import controller
 from tests.integration.test_ydb_sdk import DATABASE, read_messages, sync_driver
+from tests.integration.waiting import wait_until
 
 RETENTION_MS = 4000
 CHECK_MS = 200
@@ -44,13 +45,6 @@ def node(tmp_path: Path) -> Iterator[NodeProcess]:
         str(CHECK_MS),
     ) as process:
         yield process
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def committed(bootstrap: str, group: str, topic: str) -> int | None:
@@ -115,7 +109,7 @@ def test_a_closed_group_loses_its_offsets_and_disappears(node: NodeProcess) -> N
         consumer.close()  # leaves the group: Empty from now on
         assert committed(bootstrap, group, topic) == 5
         assert group in listed(admin)
-        wait_for(
+        wait_until(
             lambda: committed(bootstrap, group, topic) is None and group not in listed(admin),
             "the group's offsets and the group to expire",
         )
@@ -136,7 +130,7 @@ def test_a_live_member_keeps_the_offsets(node: NodeProcess) -> None:
             consumer.poll(0.1)  # a member that keeps consuming
             return committed(bootstrap, "control", topic) is None
 
-        wait_for(control_expired, "the control group's offsets to expire")
+        wait_until(control_expired, "the control group's offsets to expire")
         assert committed(bootstrap, group, topic) == 5
         assert group in listed(admin)
     finally:
@@ -158,7 +152,7 @@ def test_a_declared_ydb_consumer_keeps_its_commits(node: NodeProcess) -> None:
             reader.close(timeout=10)
         # Committed later than the consumer's last commit, and not declared anywhere.
         standalone_commit(node.bootstrap, "control", topic, 1)
-        wait_for(
+        wait_until(
             lambda: committed(node.bootstrap, "control", topic) is None,
             "the control group's offsets to expire",
         )
@@ -193,15 +187,15 @@ def test_on_a_cluster_expiry_is_replicated_and_survives_failover(tmp_path: Path)
             """What the coordinator answers, asking again while a client error says there
             is none just now (kafka-python may also pick a broker that was just killed)."""
             answers: list[int | None] = []
-            wait_for(
+            wait_until(
                 lambda: answers.append(offset_of(group)) or answers[-1] != -2,
                 "the coordinator to answer",
             )
             return answers[-1]
 
-        wait_for(lambda: _try_commit(bootstrap, "gone", topic, 4), "a standalone commit")
+        wait_until(lambda: _try_commit(bootstrap, "gone", topic, 4), "a standalone commit")
         assert first_answer("gone") == 4
-        wait_for(lambda: offset_of("gone") is None, "the offsets to expire on the cluster")
+        wait_until(lambda: offset_of("gone") is None, "the offsets to expire on the cluster")
         # The expiry was applied on every node: the next coordinator has nothing either.
         coordinator = controller(cluster)
         cluster.nodes[coordinator].stop(30)

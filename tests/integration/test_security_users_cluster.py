@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from confluent_kafka.admin import AdminClient
 from tests.integration.cluster_support import Cluster
 from tests.integration.node_process import NodeProcess
 from tests.integration.security_support import PASSWORDS, Pki, add_users, until_ok
+from tests.integration.waiting import wait_until
 
 TIMEOUT = 60
 NEW_USER, NEW_PASSWORD = "dave", "dave-Pw-7c2n"
@@ -96,13 +97,6 @@ def ydb_login_ok(cluster: Cluster, node: int) -> bool:
     return vdl(cluster, node, "topic", "list", user=NEW_USER).returncode == 0
 
 
-def wait_for(check: Callable[[], bool], expected: bool, what: str) -> None:
-    deadline = time.monotonic() + TIMEOUT
-    while check() != expected:
-        assert time.monotonic() < deadline, f"{what} never became {expected}"
-        time.sleep(0.3)
-
-
 def test_a_user_added_through_one_node_logs_in_on_the_others(
     cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -112,30 +106,42 @@ def test_a_user_added_through_one_node_logs_in_on_the_others(
         )
     )
     # Committed on node 1's word; node 3 applies the command when it hears the commit.
-    wait_for(
+    wait_until(
         lambda: NEW_USER in vdl(cluster, 3, "user", "list").stdout.split(),
-        True,
         "the new user listed on node 3",
+        timeout=TIMEOUT,
     )
     again = vdl(cluster, 2, "user", "add", NEW_USER, "--password-stdin", stdin=NEW_PASSWORD + "\n")
     assert again.returncode != 0 and "already exists" in again.stderr, again
 
-    wait_for(lambda: scram_ok(cluster, 3, "SCRAM-SHA-256"), True, "SCRAM-SHA-256 on node 3")
+    wait_until(
+        lambda: scram_ok(cluster, 3, "SCRAM-SHA-256"), "SCRAM-SHA-256 on node 3", timeout=TIMEOUT
+    )
     assert scram_ok(cluster, 3, "SCRAM-SHA-512")
-    wait_for(lambda: ydb_login_ok(cluster, 2), True, "YDB login on node 2")
+    wait_until(lambda: ydb_login_ok(cluster, 2), "YDB login on node 2", timeout=TIMEOUT)
 
     # Only a superuser (or alter on the cluster) may manage users.
     refused = vdl(cluster, 2, "user", "remove", "alice", user="alice")
     assert refused.returncode != 0 and "may not alter" in refused.stderr, refused
 
     until_ok(lambda: vdl(cluster, 2, "user", "remove", NEW_USER))
-    wait_for(lambda: ydb_login_ok(cluster, 1), False, "YDB login on node 1")
+    wait_until(
+        lambda: ydb_login_ok(cluster, 1),
+        "YDB login on node 1",
+        timeout=TIMEOUT,
+        done=lambda ok: not ok,
+    )
     assert not scram_ok(cluster, 1, "SCRAM-SHA-256")
 
     # A restart replays the metadata log: the removed user must not come back.
     cluster.nodes[3].stop(30)
     cluster.nodes[3].start()
-    wait_for(lambda: scram_ok(cluster, 3, "SCRAM-SHA-256"), False, "SCRAM on restarted node 3")
+    wait_until(
+        lambda: scram_ok(cluster, 3, "SCRAM-SHA-256"),
+        "SCRAM on restarted node 3",
+        timeout=TIMEOUT,
+        done=lambda ok: not ok,
+    )
 
     # The password was hashed by the CLI: no node wrote it anywhere (logs included).
     for path in (p for p in tmp_path.rglob("*") if p.is_file()):

@@ -8,7 +8,7 @@ fenced. A restarted node loads its groups, so members carry on across it too.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from kafka import KafkaAdminClient, KafkaConsumer
 
 from tests.integration.kafka_clients import confluent_create_topic, confluent_produce
 from tests.integration.node_process import NodeProcess
+from tests.integration.waiting import wait_until
 
 TOPIC = "static-orders"
 PARTITIONS = 4
@@ -30,13 +31,6 @@ WAIT_S = 40
 def node(tmp_path: Path) -> Iterator[NodeProcess]:
     with NodeProcess(tmp_path / "data", "--group-initial-rebalance-delay-ms", "200") as process:
         yield process
-
-
-def wait_until(condition: Callable[[], bool], what: str, step: Callable[[], None]) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        step()
 
 
 class StaticMember:
@@ -103,7 +97,7 @@ def test_restarted_static_member_gets_its_partitions_back_without_a_rebalance(
                 and bool(b.assigned)
             ),
             "both static members to be assigned",
-            step,
+            step=step,
         )
         b_partitions, a_assignments = set(b.assigned), a.assignments
         described = admin.describe_consumer_groups([GROUP])[GROUP].result()
@@ -119,7 +113,7 @@ def test_restarted_static_member_gets_its_partitions_back_without_a_rebalance(
             step()
         b = StaticMember(node.bootstrap, "instance-b")
         members = [a, b]
-        wait_until(lambda: bool(b.assigned), "the restarted member's assignment", step)
+        wait_until(lambda: bool(b.assigned), "the restarted member's assignment", step=step)
         assert b.assigned == b_partitions
         # Messages reach both, and a was never rebalanced.
         acked = confluent_produce(
@@ -127,7 +121,9 @@ def test_restarted_static_member_gets_its_partitions_back_without_a_rebalance(
         )
         expected = {(p, o) for p, offsets in acked.items() for o in offsets}
         wait_until(
-            lambda: expected <= set(a.consumed) | set(b.consumed), "every message consumed", step
+            lambda: expected <= set(a.consumed) | set(b.consumed),
+            "every message consumed",
+            step=step,
         )
         assert a.assignments == a_assignments, "the other member saw a rebalance"
         assert {p for p, _ in b.consumed} <= b_partitions
