@@ -6,13 +6,14 @@ from __future__ import annotations
 import base64
 import json
 import ssl
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.integration.waiting import wait_until
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -65,16 +66,11 @@ def total(samples: Samples, name: str, **labels: str) -> float:
 
 def wait_for(check: Callable[[], Any], timeout: float = 30, every: float = 0.2) -> Any:
     """Poll `check` until it returns a true value (returned); AssertionError at timeout,
-    carrying the last value or exception."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            last = check()
-            if last:
-                return last
-        except (OSError, AssertionError, KeyError, ValueError) as exc:
-            last = exc
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout}s; last: {last!r}")
-        time.sleep(every)
+    carrying the last value or exception (a node still starting answers with those)."""
+    return wait_until(
+        check,
+        "a true answer",
+        timeout=timeout,
+        every=every,
+        tolerate=(OSError, AssertionError, KeyError, ValueError),
+    )

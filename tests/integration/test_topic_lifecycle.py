@@ -224,7 +224,14 @@ def test_readers_closed_at_once_log_no_error(node: NodeProcess) -> None:
         for i in range(30):
             reader = driver.topic_client.reader(path, consumer="c")
             time.sleep(0.01 * (i % 10))
-            reader.close()
+            try:
+                reader.close(timeout=10)
+            except TimeoutError:
+                # The SDK's sync close can wait forever on a stream its reconnect loop was
+                # opening while it closed: it never cancels that call, and keeps waiting for
+                # the server's next message in it. What this test checks is the node's side;
+                # the driver's stop below ends that call.
+                pass
     _, counters = node.stage_snapshot()
     assert counters.get(f"grpc_request_errors{{code=INTERNAL,method={STREAM_READ}}}", 0) == 0
     assert counters.get(f"grpc_request_errors{{code=CANCELLED,method={STREAM_READ}}}", 0) >= 1
