@@ -14,6 +14,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
+from tests.integration.admin_support import get_json
 from tests.integration.node_process import NodeProcess, free_port
 
 
@@ -36,6 +37,12 @@ def _metadata_of(node: NodeProcess, topics: list[str]) -> Any:
 def controller_seen_by(node: NodeProcess) -> int:
     """The controller id in `node`'s own Metadata answer."""
     return int(_metadata_of(node, []).controller_id)
+
+
+def group0_leader(node: NodeProcess) -> int:
+    """The metadata group's leader as `node` knows it (its admin listener; -1: none)."""
+    _, body = get_json(node.admin_url + "/v1/cluster")
+    return int(body["controller_id"])
 
 
 def partition_seen_by(

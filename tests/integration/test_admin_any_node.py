@@ -16,8 +16,8 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic as KNewTopic
 
-from tests.integration.admin_support import get_json, wait_for
-from tests.integration.cluster_support import Cluster, controller_seen_by
+from tests.integration.admin_support import wait_for
+from tests.integration.cluster_support import Cluster, controller_seen_by, group0_leader
 from tests.integration.node_process import NodeProcess
 
 ADMIN_APIS = ("CreateTopics", "DeleteTopics")
@@ -33,11 +33,6 @@ def fresh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield cluster
     finally:
         cluster.stop()
-
-
-def _group0_leader(node: NodeProcess) -> int:
-    _, body = get_json(node.admin_url + "/v1/cluster")
-    return int(body["controller_id"])
 
 
 def _admin_counts(node: NodeProcess) -> dict[str, int]:
@@ -92,7 +87,7 @@ def test_a_client_that_cached_a_former_controller_still_gets_through(fresh: Clus
     nodes = fresh.nodes
 
     def agreed_leader() -> int:
-        leaders = {_group0_leader(n) for n in nodes.values()}
+        leaders = {group0_leader(n) for n in nodes.values()}
         reported = {controller_seen_by(n) for n in nodes.values()}
         if len(leaders) == 1 and leaders == reported and min(leaders) > 0:
             return leaders.pop()
@@ -115,12 +110,12 @@ def test_a_client_that_cached_a_former_controller_still_gets_through(fresh: Clus
         others = [n for i, n in nodes.items() if i != leader]
 
         def new_leader() -> int:
-            seen = {_group0_leader(n) for n in others}
+            seen = {group0_leader(n) for n in others}
             return seen.pop() if len(seen) == 1 and min(seen) not in (-1, leader) else 0
 
         successor = wait_for(new_leader)
         os.kill(stopped.process.pid, signal.SIGCONT)
-        wait_for(lambda: _group0_leader(stopped) == successor)
+        wait_for(lambda: group0_leader(stopped) == successor)
         # Every node names a live controller in Metadata: the new leader.
         wait_for(lambda: {controller_seen_by(n) for n in nodes.values()} == {successor})
 
@@ -154,7 +149,7 @@ def test_without_a_group_0_leader_a_request_waits_for_one_within_its_timeout(
     fresh: Cluster,
 ) -> None:
     nodes = fresh.nodes
-    leader = wait_for(lambda: max(_group0_leader(n) for n in nodes.values()))
+    leader = wait_for(lambda: max(group0_leader(n) for n in nodes.values()))
     kept_id = next(i for i in nodes if i != leader)
     kept = nodes[kept_id]
     paused = [n for i, n in nodes.items() if i != kept_id]
@@ -163,7 +158,7 @@ def test_without_a_group_0_leader_a_request_waits_for_one_within_its_timeout(
             assert node.process is not None
             os.kill(node.process.pid, signal.SIGSTOP)
         # Alone, the node knows no leader, and names itself: it takes admin requests.
-        wait_for(lambda: _group0_leader(kept) == -1)
+        wait_for(lambda: group0_leader(kept) == -1)
         assert controller_seen_by(kept) == kept_id
         admin = AdminClient({"bootstrap.servers": kept.bootstrap})
         late = admin.create_topics([NewTopic("late", 1, 3)], operation_timeout=1.0)["late"]

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 import trustme
-from confluent_kafka import Consumer, KafkaError, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewPartitions  # type: ignore[attr-defined]
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import errors as kerrors
 
@@ -229,6 +229,19 @@ def test_alice_cannot_touch_topic_b(secure: SecureNode) -> None:
     described = admin.list_topics(topic=TOPIC_B, timeout=10).topics[TOPIC_B]
     assert described.error is not None
     assert described.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_create_partitions_needs_alter_on_the_topic(secure: SecureNode) -> None:
+    # Alice may read and write topic A, which is not ALTER (Kafka's rule for
+    # CreatePartitions); a superuser may (validate_only: the topic stays as it is).
+    alice = AdminClient(_confluent(secure, "PLAIN", "alice", PASSWORDS["alice"]))
+    denied = alice.create_partitions([NewPartitions(TOPIC_A, 2)])[TOPIC_A]
+    with pytest.raises(KafkaException) as failure:
+        denied.result(timeout=30)
+    assert failure.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    admin = AdminClient(_confluent(secure, "PLAIN", "admin", PASSWORDS["admin"]))
+    admin.create_partitions([NewPartitions(TOPIC_A, 2)], validate_only=True)[TOPIC_A].result(30)
+    assert len(admin.list_topics(TOPIC_A, timeout=10).topics[TOPIC_A].partitions) == 1
 
 
 def test_plaintext_client_on_tls_port(secure: SecureNode) -> None:

@@ -210,8 +210,11 @@ def test_alter_and_drop_topic(plain_node: NodeProcess) -> None:
         topics.create_topic(path, consumers=["a"])
         topics.alter_topic(path, add_consumers=["b"], drop_consumers=["a"])
         assert [c.name for c in topics.describe_topic(path).consumers] == ["b"]
+        # More partitions are added; fewer are refused, as YDB refuses them.
+        topics.alter_topic(path, set_min_active_partitions=3)
+        assert len(topics.describe_topic(path).partitions) == 3
         with pytest.raises(ydb.BadRequest):
-            topics.alter_topic(path, set_min_active_partitions=3)
+            topics.alter_topic(path, set_min_active_partitions=2)
         topics.drop_topic(path)
         with pytest.raises(ydb.SchemeError):
             topics.describe_topic(path)

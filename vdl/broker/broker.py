@@ -23,7 +23,9 @@ from vdl.broker.topics import (
     TopicConsumer,
     TopicError,
     topic_config_specs,
+    validate_assignment,
     validate_configs,
+    validate_growth,
     validate_topic_name,
 )
 from vdl.groups.offsets import OffsetStore
@@ -196,6 +198,42 @@ class Broker:
         self._open_streams(topic)
         log.info("created topic %s with %d partitions", name, partitions)
         return topic
+
+    def add_partitions(
+        self,
+        name: str,
+        count: int,
+        assignments: Sequence[Sequence[int]] | None = None,
+        *,
+        node_id: int = 1,
+        validate_only: bool = False,
+    ) -> Topic:
+        """Grow a topic to `count` partitions on this one-node cluster (Kafka's
+        CreatePartitions, YDB's AlterTopic): the topic record says the new count in one
+        durable write, then the new partitions' streams open (a restart in between opens
+        them from the record). `assignments`, if given, must put each new partition on
+        this node (`node_id`), its only broker."""
+        if not validate_only:
+            self._refuse_on_cluster()
+        topic = self.catalog.get(name)
+        if topic is None:
+            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
+        validate_growth(topic, count, MAX_PARTITIONS)
+        if assignments is not None:
+            validate_assignment(assignments, count - topic.partitions, 1, (node_id,))
+        grown = topic.grown(count)
+        if validate_only:
+            return grown
+        for partition in range(topic.partitions, count):
+            # Leftovers of a topic deleted while the node was down must not come back.
+            shutil.rmtree(self._stream_dir(name, partition), ignore_errors=True)
+        self.catalog.update(grown)
+        for partition in range(topic.partitions, count):
+            self._streams[(name, partition)] = self.open_partition_stream(
+                grown, partition, self._stream_dir(name, partition)
+            )
+        log.info("topic %s grew from %d to %d partitions", name, topic.partitions, count)
+        return grown
 
     def ensure_topic(self, name: str) -> Topic | None:
         """The topic, auto-created with default settings if allowed; None if it is absent."""

@@ -6,7 +6,7 @@ node is the only broker, leader and controller.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -71,6 +71,20 @@ class ClusterView(Protocol):
     ) -> Topic:
         """Through group 0 from any node (KIP-590), waiting up to `timeout_s` for its
         outcome (REQUEST_TIMED_OUT after it); `validate_only` checks without creating."""
+        ...
+
+    async def add_partitions(
+        self,
+        name: str,
+        count: int,
+        assignments: Sequence[Sequence[int]] | None = ...,
+        *,
+        validate_only: bool = ...,
+        timeout_s: float = ...,
+    ) -> Topic:
+        """Grow a topic to `count` partitions through group 0 from any node, as
+        create_topic runs; `assignments`: one replica list per new partition, else they
+        are placed as at creation."""
         ...
 
     async def delete_topic(self, name: str, timeout_s: float = ...) -> None: ...

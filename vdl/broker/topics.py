@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vdl.backends.api import MetaStore
@@ -18,6 +18,7 @@ from vdl.log.error_codes import ErrorCode
 
 _TOPIC_KEY = b"topic/"
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+_LONG_MAX = 2**63 - 1
 
 
 class TopicError(Exception):
@@ -31,6 +32,7 @@ class ConfigSpec:
     default: str
     kind: type  # int or str
     choices: tuple[str, ...] = ()
+    minimum: int | None = None  # the smallest value allowed (int settings)
 
 
 def topic_config_specs(
@@ -44,6 +46,12 @@ def topic_config_specs(
         "segment.bytes": ConfigSpec(str(segment_bytes), int),
         "max.message.bytes": ConfigSpec(str(max_message_bytes), int),
         "message.timestamp.type": ConfigSpec("CreateTime", str, ("CreateTime", "LogAppendTime")),
+        # How far a CreateTime record's timestamp may lie before / after the leader's clock
+        # (KIP-937); the older difference setting stands for both when they are left at
+        # their default. Kafka's defaults: no limit (Long.MAX_VALUE).
+        "message.timestamp.before.max.ms": ConfigSpec(str(_LONG_MAX), int, minimum=0),
+        "message.timestamp.after.max.ms": ConfigSpec(str(_LONG_MAX), int, minimum=0),
+        "message.timestamp.difference.max.ms": ConfigSpec(str(_LONG_MAX), int, minimum=0),
         # Not Kafka's: the data centre (a node's --dc) whose nodes should lead the
         # partitions when they are healthy (VDL 3.2, vdl/cluster/placement_leader.py).
         "preferred.dc": ConfigSpec("", str),
@@ -65,11 +73,15 @@ def validate_configs(specs: Mapping[str, ConfigSpec], configs: Mapping[str, str]
             raise TopicError(ErrorCode.INVALID_CONFIG, f"unknown topic config {key!r}")
         if spec.kind is int:
             try:
-                int(value)
+                number = int(value)
             except ValueError:
                 raise TopicError(
                     ErrorCode.INVALID_CONFIG, f"{key} must be an integer, got {value!r}"
                 ) from None
+            if spec.minimum is not None and number < spec.minimum:
+                raise TopicError(
+                    ErrorCode.INVALID_CONFIG, f"{key} must be at least {spec.minimum}, got {number}"
+                )
         if spec.choices and value not in spec.choices:
             raise TopicError(
                 ErrorCode.INVALID_CONFIG, f"{key} must be one of {', '.join(spec.choices)}"
@@ -118,6 +130,12 @@ class Topic:
     # YDB codec ids writers may use; empty means any codec the server understands.
     supported_codecs: tuple[int, ...] = ()
     attributes: dict[str, str] = field(default_factory=dict)
+    # How many partitions a YDB writer without a partition id is hashed over: the count
+    # the topic had before it first grew (0 while it never did), so a writer keeps its
+    # partition, and its deduplication state, across reconnects after partitions are
+    # added (as YDB keeps a producer's partition; new partitions take writers that name
+    # them, and Kafka producers).
+    writer_partitions: int = 0
 
     def consumer(self, name: str) -> TopicConsumer | None:
         for consumer in self.consumers:
@@ -125,18 +143,28 @@ class Topic:
                 return consumer
         return None
 
+    @property
+    def hashed_partitions(self) -> int:
+        """The partitions a YDB writer without a partition id is hashed over."""
+        return self.writer_partitions or self.partitions
+
+    def grown(self, count: int) -> Topic:
+        """This topic with `count` partitions (more than it has)."""
+        return replace(self, partitions=count, writer_partitions=self.hashed_partitions)
+
     def encode(self) -> bytes:
-        return json.dumps(
-            {
-                "name": self.name,
-                "partitions": self.partitions,
-                "id": str(self.topic_id),
-                "configs": self.configs,
-                "consumers": [c.to_doc() for c in self.consumers],
-                "supported_codecs": list(self.supported_codecs),
-                "attributes": self.attributes,
-            }
-        ).encode()
+        doc: dict[str, Any] = {
+            "name": self.name,
+            "partitions": self.partitions,
+            "id": str(self.topic_id),
+            "configs": self.configs,
+            "consumers": [c.to_doc() for c in self.consumers],
+            "supported_codecs": list(self.supported_codecs),
+            "attributes": self.attributes,
+        }
+        if self.writer_partitions:
+            doc["writer_partitions"] = self.writer_partitions
+        return json.dumps(doc).encode()
 
     @classmethod
     def decode(cls, raw: bytes) -> Topic:
@@ -150,7 +178,68 @@ class Topic:
             tuple(TopicConsumer.from_doc(c) for c in doc.get("consumers", ())),
             tuple(int(c) for c in doc.get("supported_codecs", ())),
             dict(doc.get("attributes", {})),
+            int(doc.get("writer_partitions", 0)),
         )
+
+
+def validate_growth(topic: Topic, count: int, max_partitions: int) -> None:
+    """May `topic` grow to `count` partitions? INVALID_PARTITIONS if that is no increase or
+    above `max_partitions` (Kafka's CreatePartitions answers, KIP-195)."""
+    if count > max_partitions:
+        raise TopicError(
+            ErrorCode.INVALID_PARTITIONS,
+            f"partitions must be at most {max_partitions}, got {count}",
+        )
+    if count == topic.partitions:
+        raise TopicError(
+            ErrorCode.INVALID_PARTITIONS, f"topic already has {topic.partitions} partition(s)"
+        )
+    if count < topic.partitions:
+        raise TopicError(
+            ErrorCode.INVALID_PARTITIONS,
+            f"topic {topic.name} currently has {topic.partitions} partition(s); "
+            f"{count} would not be an increase",
+        )
+
+
+def validate_assignment(
+    assignments: Sequence[Sequence[int]],
+    added: int,
+    replication_factor: int,
+    brokers: Collection[int],
+) -> list[list[int]]:
+    """A manual replica assignment of `added` new partitions, checked as Kafka checks
+    CreatePartitions' (INVALID_REPLICA_ASSIGNMENT): one list per new partition, each of
+    `replication_factor` distinct known brokers."""
+    if len(assignments) != added:
+        raise TopicError(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            f"attempted to add {added} additional partition(s), but "
+            f"{len(assignments)} assignment(s) were specified",
+        )
+    result = []
+    for replicas in assignments:
+        ids = [int(n) for n in replicas]
+        if len(ids) != replication_factor:
+            raise TopicError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"the manual partition assignment includes a partition with {len(ids)} "
+                f"replica(s), but the topic's partitions have {replication_factor}",
+            )
+        if len(set(ids)) != len(ids):
+            raise TopicError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"the manual partition assignment {ids} names a broker more than once",
+            )
+        unknown = [n for n in ids if n not in brokers]
+        if unknown:
+            raise TopicError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"the manual partition assignment includes broker(s) {unknown}, "
+                f"but no such broker is registered",
+            )
+        result.append(ids)
+    return result
 
 
 class TopicCatalog:
@@ -177,7 +266,8 @@ class TopicCatalog:
         self._topics[topic.name] = topic
 
     def update(self, topic: Topic) -> None:
-        """Replace a topic's definition (same name and partitions), durably."""
+        """Replace a topic's definition (same name; partitions only ever grow), durably: one
+        record, written at once."""
         if topic.name not in self._topics:
             raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic.name!r}")
         self._meta.put(_TOPIC_KEY + topic.name.encode(), topic.encode())

@@ -82,6 +82,9 @@ class ClusterFrontEnds:
     async def update_topic(self, topic: Topic) -> None:
         await self.run({"op": "update_topic", "topic": topic.encode().decode()})
 
+    async def add_partitions(self, name: str, count: int) -> Topic:
+        return await self._manager.add_partitions(name, count, timeout_s=_COMMAND_TIMEOUT_S)
+
     async def delete_topic(self, name: str) -> None:
         await self._manager.delete_topic(name, _COMMAND_TIMEOUT_S)
 

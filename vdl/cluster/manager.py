@@ -12,6 +12,9 @@ addresses; partition leaders hand leadership to their preferred replica (the fir
 assignment, or the first in the topic's preferred DC) and group 0's leader to a voter in
 `--metadata-dc` once those are healthy (`placement_leader.py`).
 
+A topic grows (`add_partitions`) the way it is created: the nodes its new partitions are
+placed on start their groups when they apply the command.
+
 Topic changes are accepted on every node, as Kafka brokers accept them since KIP-590: the
 node proposes the command if it leads group 0, else forwards it to the leader
 (`forwarding.py`) and answers once it has applied the entry itself; while group 0 has no
@@ -25,7 +28,7 @@ import logging
 import secrets
 import shutil
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -35,7 +38,14 @@ from vdl.backends.api import LogStore, LogStoreOptions, MetaStore
 from vdl.backends.registry import LogBackend, open_log_store
 from vdl.broker.broker import MAX_PARTITIONS, Broker
 from vdl.broker.cluster_view import COMMAND_TIMEOUT_S, BrokerAddress, PartitionState
-from vdl.broker.topics import Topic, TopicError, validate_configs, validate_topic_name
+from vdl.broker.topics import (
+    Topic,
+    TopicError,
+    validate_assignment,
+    validate_configs,
+    validate_growth,
+    validate_topic_name,
+)
 from vdl.cluster.commands import Command
 from vdl.cluster.forwarding import CommandForwarder
 from vdl.cluster.leader_gossip import (
@@ -74,7 +84,7 @@ _JOIN_EVERY_S = 1.0
 # Metadata commands an admin client (or a joining node) may send to any member.
 ADMIN_OPS = frozenset({"add_node", "remove_node", "set_replicas"})
 # Topic commands any node may forward to group 0's leader (Kafka and YDB front ends).
-TOPIC_OPS = ("create_topic", "update_topic", "delete_topic")
+TOPIC_OPS = ("create_topic", "update_topic", "delete_topic", "add_partitions")
 # Leadership gossip: looked at this often, sent at once when it changed and at least this
 # often anyway (lost frames, restarted peers), and trusted this long after it was heard.
 _GOSSIP_CHECK_S = 0.1
@@ -169,6 +179,7 @@ class ClusterManager:
         self.state.on_members.append(self._members_changed)
         self.state.on_created.append(self._topic_created)
         self.state.on_deleted.append(self._topic_deleted)
+        self.state.on_grown.append(self._topic_grown)
         self.state.on_updated.append(self._broker.catalog.update)
         self.metadata = MetadataGroup(self.state)
         self._meta_store = open_log_store(
@@ -464,6 +475,16 @@ class ClusterManager:
             if me in replicas:
                 self._start_partition(topic, partition, placement.groups[partition], replicas)
 
+    def _topic_grown(self, topic: Topic, placement: Placement, first: int) -> None:
+        """New partitions: the topic's record here says so, and the nodes they are placed
+        on start their groups as at the topic's creation."""
+        self._broker.catalog.update(topic)
+        me = self.settings.node_id
+        for partition in range(first, topic.partitions):
+            replicas = placement.replicas[partition]
+            if me in replicas:
+                self._start_partition(topic, partition, placement.groups[partition], replicas)
+
     def _start_partition(
         self, topic: Topic, partition: int, group_id: int, replicas: tuple[int, ...]
     ) -> None:
@@ -652,6 +673,45 @@ class ClusterManager:
         # is the first one, so TOPIC_ALREADY_EXISTS means it existed before this request.
         await self.run_command(command, timeout_s)
         return topic
+
+    async def add_partitions(
+        self,
+        name: str,
+        count: int,
+        assignments: Sequence[Sequence[int]] | None = None,
+        *,
+        validate_only: bool = False,
+        timeout_s: float = COMMAND_TIMEOUT_S,
+    ) -> Topic:
+        """Grow a topic to `count` partitions through group 0 (Kafka's CreatePartitions,
+        YDB's AlterTopic). The new partitions are placed as a topic's are at creation
+        (`assign_replicas` continued past the existing ones, with the topic's replication
+        factor) unless `assignments` gives one replica list per new partition."""
+        topic = self.state.topics.get(name)
+        if topic is None:
+            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
+        validate_growth(topic, count, MAX_PARTITIONS)
+        nodes = sorted(self.state.members)
+        placement = self.state.placements[name]
+        rf = max(1, min(len(placement.replicas[0]), len(nodes)))
+        added = count - topic.partitions
+        if assignments is None:
+            replicas = assign_replicas(name, count, rf, nodes)[topic.partitions :]
+        else:
+            replicas = validate_assignment(assignments, added, rf, nodes)
+        if validate_only:
+            return topic.grown(count)
+        command: Command = {
+            "op": "add_partitions",
+            "name": name,
+            "topic_id": str(topic.topic_id),
+            "count": count,
+            "replicas": replicas,
+        }
+        # A resent command applied again finds the count reached and changes nothing; the
+        # outcome reported is the first one.
+        await self.run_command(command, timeout_s)
+        return self.state.topics.get(name) or topic.grown(count)
 
     async def delete_topic(self, name: str, timeout_s: float = COMMAND_TIMEOUT_S) -> None:
         command: Command = {"op": "delete_topic", "name": name}

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from vdl.broker.broker import MAX_PARTITIONS
 from vdl.broker.topics import Topic
 from vdl.cluster.commands import Command
 from vdl.log.error_codes import ErrorCode
@@ -50,6 +51,8 @@ def _address(text: str) -> tuple[str, int]:
 
 
 TopicListener = Callable[[Topic, Placement], None]
+# (the grown topic, its placement, the first new partition) after `add_partitions`.
+GrowthListener = Callable[[Topic, Placement, int], None]
 # (topic, partition, its group id, the new replicas) after a placement change.
 ReplicasListener = Callable[[Topic, int, int, tuple[int, ...]], None]
 MembersListener = Callable[[Mapping[int, tuple[str, int]]], None]
@@ -66,6 +69,7 @@ class MetadataState:
         self.on_created: list[TopicListener] = []
         self.on_deleted: list[TopicListener] = []
         self.on_updated: list[Callable[[Topic], None]] = []
+        self.on_grown: list[GrowthListener] = []
         # Commands served by modules outside this one (e.g. committed offsets), by op.
         self.handlers: dict[str, Callable[[Command], Outcome]] = {}
         self.on_replicas: list[ReplicasListener] = []
@@ -122,6 +126,8 @@ class MetadataState:
             for listener in self.on_deleted:
                 listener(gone, placement)
             return Outcome()
+        if op == "add_partitions":
+            return self._add_partitions(command)
         if op == "update_topic":
             topic = Topic.decode(command["topic"].encode())
             current = self.topics.get(topic.name)
@@ -135,6 +141,48 @@ class MetadataState:
         if handler is not None:
             return handler(command)
         return Outcome(ErrorCode.INVALID_REQUEST, f"unknown metadata command {op!r}")
+
+    def _add_partitions(self, command: Command) -> Outcome:
+        """Grow a topic: `replicas` lists the replicas of the partitions the sender saw
+        missing (from `count - len(replicas)` to `count`). Partitions that exist by now
+        (another request grew the topic since) keep theirs; a count already reached
+        changes nothing, so a forwarded command applied twice is harmless."""
+        name = str(command["name"])
+        count = int(command["count"])
+        lists = tuple(tuple(int(n) for n in r) for r in command["replicas"])
+        current = self.topics.get(name)
+        # Only the topic the sender knew: never one created under the name since.
+        if current is None or str(current.topic_id) != str(command["topic_id"]):
+            return Outcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
+        if count <= current.partitions:
+            return Outcome(
+                ErrorCode.INVALID_PARTITIONS,
+                f"topic already has {current.partitions} partition(s)",
+            )
+        if count > MAX_PARTITIONS:
+            return Outcome(ErrorCode.INVALID_PARTITIONS, f"more than {MAX_PARTITIONS} partitions")
+        seen = count - len(lists)
+        if not 0 <= seen <= current.partitions:
+            return Outcome(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT, "one replica list per new partition"
+            )
+        added = lists[current.partitions - seen :]
+        for replicas in added:
+            if not replicas or len(set(replicas)) != len(replicas):
+                return Outcome(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "replicas must be distinct")
+            unknown = [n for n in replicas if n not in self.members]
+            if unknown:
+                return Outcome(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"not members: {unknown}")
+        old = self.placements[name]
+        groups = tuple(range(self.next_group, self.next_group + len(added)))
+        self.next_group += len(added)
+        placement = Placement(old.replicas + added, old.groups + groups)
+        grown = current.grown(count)
+        self.topics[name] = grown
+        self.placements[name] = placement
+        for listener in self.on_grown:
+            listener(grown, placement, current.partitions)
+        return Outcome()
 
     def _apply_membership(self, command: Command) -> Outcome:
         op = command["op"]

@@ -58,7 +58,7 @@ def test_advertised_set_is_the_recommended_one() -> None:
     assert ADVERTISED == {
         0: (0, 8), 1: (4, 11), 2: (1, 5), 3: (0, 8), 8: (2, 7), 9: (1, 5), 10: (0, 2),
         11: (0, 5), 12: (0, 3), 13: (0, 3), 14: (0, 3), 15: (0, 4), 16: (0, 2),
-        18: (0, 4), 19: (2, 4), 20: (1, 3), 22: (0, 1), 32: (1, 3),
+        18: (0, 4), 19: (2, 4), 20: (1, 3), 22: (0, 1), 32: (1, 3), 37: (0, 1),
     }  # fmt: skip
     assert set(ADVERTISED) <= {int(k) for k in ApiKey}
     assert advertised(sasl=True) == {**ADVERTISED, 17: (0, 1), 36: (0, 1)}

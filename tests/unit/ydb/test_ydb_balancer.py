@@ -73,3 +73,23 @@ def test_handoff_waits_for_the_release() -> None:
     assert coordinator.try_acquire("c", "t", "a", partition)
     coordinator.leave("c", "t", "a")
     assert coordinator.holders("c", "t") == {}
+
+
+def test_partitions_added_to_the_topic_are_balanced_too() -> None:
+    coordinator = ReadCoordinator()
+    woken: list[str] = []
+    coordinator.join("c", "t", 2, "a", None, lambda: woken.append("a"))
+    coordinator.join("c", "t", 2, "b", None, lambda: woken.append("b"))
+    assert coordinator.targets("c", "t", "a") | coordinator.targets("c", "t", "b") == {0, 1}
+    woken.clear()
+    coordinator.grown("c", "t", 4)
+    assert sorted(woken) == ["a", "b"]
+    a, b = coordinator.targets("c", "t", "a"), coordinator.targets("c", "t", "b")
+    assert a | b == {0, 1, 2, 3} and len(a) == len(b) == 2
+    woken.clear()
+    coordinator.grown("c", "t", 4)  # nothing new: nobody is disturbed
+    assert woken == []
+    # A reader joining with the count it read at its start keeps what the group knows.
+    coordinator.join("c", "t", 2, "d", None, lambda: None)
+    targets = [coordinator.targets("c", "t", m) for m in ("a", "b", "d")]
+    assert set().union(*targets) == {0, 1, 2, 3}

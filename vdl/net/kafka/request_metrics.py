@@ -145,6 +145,7 @@ ERROR_PATHS: dict[int, tuple[tuple[str, ...], ...]] = {
     ApiKey.API_VERSIONS: ((),),
     ApiKey.CREATE_TOPICS: (("topics",),),
     ApiKey.DELETE_TOPICS: (("responses",),),
+    ApiKey.CREATE_PARTITIONS: (("results",),),
     ApiKey.INIT_PRODUCER_ID: ((),),
     ApiKey.DESCRIBE_CONFIGS: (("results",),),
     ApiKey.SASL_AUTHENTICATE: ((),),

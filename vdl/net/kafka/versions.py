@@ -32,6 +32,7 @@ class ApiKey(enum.IntEnum):
     INIT_PRODUCER_ID = 22
     DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
+    CREATE_PARTITIONS = 37
 
 
 ADVERTISED: dict[int, tuple[int, int]] = {
@@ -56,6 +57,8 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_TOPICS: (1, 3),
     ApiKey.INIT_PRODUCER_ID: (0, 1),
     ApiKey.DESCRIBE_CONFIGS: (1, 3),
+    # v0-1 (v1 only differs in throttling); librdkafka sends at most v1.
+    ApiKey.CREATE_PARTITIONS: (0, 1),
 }
 
 # Added to ADVERTISED only when SASL is configured (KIP-43, KIP-152).

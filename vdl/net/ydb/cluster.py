@@ -57,6 +57,10 @@ class YdbCluster(Protocol):
 
     async def update_topic(self, topic: Topic) -> None: ...
 
+    async def add_partitions(self, name: str, count: int) -> Topic:
+        """Grow the topic to `count` partitions; the grown topic."""
+        ...
+
     async def delete_topic(self, name: str) -> None: ...
 
     async def commit_offsets(

@@ -92,6 +92,7 @@ class ReadCoordinator:
         wake: Callable[[], None],
     ) -> None:
         group = self._groups.setdefault((consumer, topic), _Group(partitions))
+        group.partitions = max(group.partitions, partitions)
         group.members[member] = wanted
         group.wake[member] = wake
         self._rebalance(group)
@@ -135,6 +136,13 @@ class ReadCoordinator:
         new_owner = group.target.get(partition)
         if new_owner is not None and new_owner != member:
             group.wake[new_owner]()
+
+    def grown(self, consumer: str, topic: str, partitions: int) -> None:
+        """The topic has `partitions` partitions now (more were added): balance those too."""
+        group = self._groups.get((consumer, topic))
+        if group is not None and partitions > group.partitions:
+            group.partitions = partitions
+            self._rebalance(group)
 
     def holders(self, consumer: str, topic: str) -> dict[int, str]:
         group = self._groups.get((consumer, topic))

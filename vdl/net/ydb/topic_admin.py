@@ -4,6 +4,8 @@ CommitOffset (and UpdateOffsetsInTransaction, answered UNSUPPORTED).
 A YDB topic is a VDL topic; its consumers and codec list are stored with it (see
 ``vdl.broker.topics``). Retention maps onto the Kafka topic settings ``retention.ms`` and
 ``retention.bytes``; write-speed and metering settings are accepted and not enforced.
+AlterTopic's ``set_min_active_partitions`` above the partition count adds partitions, the
+way Kafka's CreatePartitions does (one metadata command on a cluster).
 
 On a cluster, Create/Alter/Drop are metadata-group commands run from whichever node the
 client reached (see ``vdl.net.ydb.cluster``); statistics cover the replicas this node holds.
@@ -17,7 +19,7 @@ from typing import Any
 
 import trio
 
-from vdl.broker.broker import Broker
+from vdl.broker.broker import MAX_PARTITIONS, Broker
 from vdl.broker.topics import Topic, TopicConsumer, TopicError, validate_configs
 from vdl.log.error_codes import ErrorCode
 from vdl.log.stream import LogStream
@@ -230,12 +232,7 @@ class TopicAdmin:
 
     async def alter_topic(self, request: Any, context: ServerContext) -> Any:
         topic = self.topic(request.path)
-        alter = request.alter_partitioning_settings
-        for field in ("set_min_active_partitions", "set_max_active_partitions"):
-            if alter.HasField(field) and getattr(alter, field) not in (0, topic.partitions):
-                raise YdbError(
-                    StatusIds.BAD_REQUEST, "changing the number of partitions is not supported"
-                )
+        count = self._partitions_wanted(topic, request.alter_partitioning_settings)
         configs = dict(topic.configs)
         _retention_configs(
             configs,
@@ -271,6 +268,14 @@ class TopicAdmin:
                     StatusIds.BAD_REQUEST, f"cannot alter unknown consumer {change.name!r}"
                 )
             consumers[change.name] = _alter_consumer(current, change)
+        validate_configs(self._broker.config_specs, configs)
+        if count > topic.partitions:
+            # First the new partitions (the one command Kafka's CreatePartitions runs too),
+            # then the other changes, on the grown topic.
+            if self._cluster is not None:
+                topic = await self._cluster.add_partitions(topic.name, count)
+            else:
+                topic = self._broker.add_partitions(topic.name, count)
         altered = dataclasses.replace(
             topic,
             configs=configs,
@@ -279,12 +284,42 @@ class TopicAdmin:
             consumers=tuple(consumers.values()),
         )
         if self._cluster is not None:
-            validate_configs(self._broker.config_specs, altered.configs)
             await self._cluster.update_topic(altered)
         else:
             self._broker.update_topic(altered)
         self._on_topic_changed(topic.name)
         return ydb_topic_pb2.AlterTopicResult()
+
+    @staticmethod
+    def _partitions_wanted(topic: Topic, alter: Any) -> int:
+        """The partition count an AlterTopic asks for: `set_min_active_partitions` above the
+        current count grows the topic; below it is refused, as YDB refuses fewer partitions
+        (its scheme shard: "Invalid total groups count specified"). Without
+        auto-partitioning the active count is the partition count, so a
+        `set_max_active_partitions` must leave it so."""
+        count = topic.partitions
+        if alter.HasField("set_min_active_partitions") and alter.set_min_active_partitions:
+            wanted = int(alter.set_min_active_partitions)
+            if wanted < topic.partitions:
+                raise YdbError(
+                    StatusIds.BAD_REQUEST,
+                    f"Invalid total groups count specified: {wanted} vs {topic.partitions} "
+                    f"(current): partitions cannot be removed",
+                )
+            if wanted > MAX_PARTITIONS:
+                raise YdbError(
+                    StatusIds.BAD_REQUEST,
+                    f"Invalid total groups count specified: {wanted} (at most {MAX_PARTITIONS})",
+                )
+            count = wanted
+        if alter.HasField("set_max_active_partitions") and alter.set_max_active_partitions:
+            if int(alter.set_max_active_partitions) != count:
+                raise YdbError(
+                    StatusIds.BAD_REQUEST,
+                    f"max_active_partitions must equal the partition count ({count}): "
+                    f"auto-partitioning is not supported",
+                )
+        return count
 
     async def drop_topic(self, request: Any, context: ServerContext) -> Any:
         topic = self.topic(request.path)

@@ -421,6 +421,8 @@ class ReadSession:
                     StatusIds.SCHEME_ERROR,
                     f"consumer {self._consumer!r} was removed from {topic_read.path!r}",
                 )
+            # Partitions added since (AlterTopic, Kafka's CreatePartitions) are read too.
+            self._coordinator.grown(self._consumer, topic_read.name, current.partitions)
             targets = self._coordinator.targets(self._consumer, topic_read.name, self.id)
             held = {p.partition: p for p in self._partitions.values() if p.topic is topic_read}
             for partition, part in sorted(held.items()):

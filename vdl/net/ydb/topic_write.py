@@ -1,12 +1,13 @@
 """``Ydb.Topic.V1/StreamWrite``: one writer session per call.
 
 A session is pinned to one partition (explicit ``partition_id``, else a stable hash of the
-message group / producer id), so a producer's messages keep their order and its
-deduplication state lives in one place: the partition's :class:`YdbProducerTable`, rebuilt
-from the log. Per message: ``seq_no`` at or below the producer's last one is acked
-``skipped`` (after the first copy is durable), anything newer is appended and acked
-``written`` with its offset once committed. Acks go out one per message, in the order the
-messages came, from a single sender task, so they never interleave with other replies.
+message group / producer id over the partitions the topic had before any were added), so a
+producer's messages keep their order and its deduplication state lives in one place: the
+partition's :class:`YdbProducerTable`, rebuilt from the log. Per message: ``seq_no`` at or
+below the producer's last one is acked ``skipped`` (after the first copy is durable),
+anything newer is appended and acked ``written`` with its offset once committed. Acks go
+out one per message, in the order the messages came, from a single sender task, so they
+never interleave with other replies.
 
 Codecs: a topic without a codec list advertises ``[RAW]`` only, which stops the SDK from
 switching to GZIP on its second batch (GZIP costs server CPU and is stored decoded anyway),
@@ -83,9 +84,16 @@ _ELECTION_WAIT_S = 0.5
 
 
 def choose_partition(
-    partitions: int, producer_id: str, message_group_id: str, partition_id: int | None
+    partitions: int,
+    producer_id: str,
+    message_group_id: str,
+    partition_id: int | None,
+    *,
+    hashed: int | None = None,
 ) -> int:
-    """The partition a writer is pinned to; stable across reconnects and restarts."""
+    """The partition a writer is pinned to; stable across reconnects and restarts, and
+    across partitions being added: without a partition id the key is hashed over `hashed`
+    partitions (the count before the topic first grew, `Topic.hashed_partitions`)."""
     if partition_id is not None:
         if not 0 <= partition_id < partitions:
             raise YdbError(
@@ -96,7 +104,7 @@ def choose_partition(
     key = message_group_id or producer_id
     if not key:
         return 0
-    return zlib.crc32(key.encode()) % partitions
+    return zlib.crc32(key.encode()) % (hashed or partitions)
 
 
 def advertised_codecs(topic: Topic) -> list[int]:
@@ -249,7 +257,11 @@ class WriteSession:
             self._producer_id, self._message_group_id, self._session_meta
         )
         self._partition = choose_partition(
-            topic.partitions, self._producer_id, self._message_group_id, explicit
+            topic.partitions,
+            self._producer_id,
+            self._message_group_id,
+            explicit,
+            hashed=topic.hashed_partitions,
         )
         self._topic = topic
         await self._require_leader(topic.name, self._partition)

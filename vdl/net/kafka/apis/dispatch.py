@@ -20,7 +20,11 @@ from vdl.net.kafka.apis.list_offsets import handle_list_offsets
 from vdl.net.kafka.apis.metadata import handle_metadata
 from vdl.net.kafka.apis.offsets_commit import handle_offset_commit, handle_offset_fetch
 from vdl.net.kafka.apis.produce import handle_produce
-from vdl.net.kafka.apis.topics_admin import handle_create_topics, handle_delete_topics
+from vdl.net.kafka.apis.topics_admin import (
+    handle_create_partitions,
+    handle_create_topics,
+    handle_delete_topics,
+)
 from vdl.net.kafka.control_codec import api_versions_response
 from vdl.net.kafka.versions import ADVERTISED, SASL_ADVERTISED, SERVED_PRODUCE_MIN, ApiKey
 
@@ -47,6 +51,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.METADATA: handle_metadata,
     ApiKey.CREATE_TOPICS: handle_create_topics,
     ApiKey.DELETE_TOPICS: handle_delete_topics,
+    ApiKey.CREATE_PARTITIONS: handle_create_partitions,
     ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
     ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,
     ApiKey.FIND_COORDINATOR: handle_find_coordinator,

@@ -1,4 +1,4 @@
-"""CreateTopics and DeleteTopics.
+"""CreateTopics, DeleteTopics and CreatePartitions.
 
 On a cluster every node serves them (KIP-590): the change goes through the metadata group
 from the node the client reached (`vdl.cluster.forwarding`), which answers once it has
@@ -13,7 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 import trio
-from kafka.protocol.admin import CreateTopicsResponse, DeleteTopicsResponse
+from kafka.protocol.admin import (
+    CreatePartitionsResponse,
+    CreateTopicsResponse,
+    DeleteTopicsResponse,
+)
 
 from vdl.broker.cluster_view import COMMAND_TIMEOUT_S
 from vdl.broker.topics import TopicError
@@ -169,6 +173,70 @@ def handle_delete_topics(ctx: RequestContext) -> Pending:
             )
         response = DeleteTopicsResponse(
             throttle_time_ms=0, responses=results, version=header.api_version
+        )
+        return encode_response(header, response)
+
+    return finish
+
+
+def handle_create_partitions(ctx: RequestContext) -> Pending:
+    """CreatePartitions (KIP-195): grow topics to `count` partitions. As Kafka answers:
+    ALTER on the topic or TOPIC_AUTHORIZATION_FAILED, INVALID_PARTITIONS for a count that
+    is no increase (or above the most a topic may have), UNKNOWN_TOPIC_OR_PARTITION,
+    INVALID_REPLICA_ASSIGNMENT for a manual assignment that is not one list of the
+    topic's replication factor of distinct brokers per new partition, INVALID_REQUEST for
+    a topic named twice. On a cluster the new partitions are one metadata command,
+    from any node (KIP-590)."""
+    request = decode_request(ctx.header, ctx.frame)
+    header = ctx.header
+    topics = list(request.topics or [])
+    validate_only = bool(request.validate_only)
+    timeout_ms = int(request.timeout_ms)
+    names = [t.name for t in topics]
+
+    async def finish() -> Response:
+        deadline = _Deadline(timeout_ms)
+        results = []
+        for topic in topics:
+            error, message = 0, None
+            name = topic.name
+            try:
+                if names.count(name) > 1:
+                    raise TopicError(ErrorCode.INVALID_REQUEST, "duplicate topic in request")
+                if not ctx.may_topic(Operation.ALTER, name):
+                    raise TopicError(
+                        ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"may not alter {name!r}"
+                    )
+                assignments = None
+                if topic.assignments is not None:
+                    assignments = [list(a.broker_ids) for a in topic.assignments]
+                count = int(topic.count)
+                cluster = ctx.broker.cluster
+                if cluster is not None:
+                    await cluster.add_partitions(
+                        name,
+                        count,
+                        assignments,
+                        validate_only=validate_only,
+                        timeout_s=deadline.left_s(),
+                    )
+                else:
+                    ctx.broker.add_partitions(
+                        name,
+                        count,
+                        assignments,
+                        node_id=ctx.node.node_id,
+                        validate_only=validate_only,
+                    )
+            except TopicError as exc:
+                error, message = int(exc.error), str(exc)
+            results.append(
+                CreatePartitionsResponse.CreatePartitionsTopicResult(
+                    name=name, error_code=error, error_message=message
+                )
+            )
+        response = CreatePartitionsResponse(
+            throttle_time_ms=0, results=results, version=header.api_version
         )
         return encode_response(header, response)
 
