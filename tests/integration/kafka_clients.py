@@ -6,6 +6,7 @@ import socket
 import struct
 import time
 from collections import defaultdict
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
@@ -17,9 +18,12 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 Message = tuple[int, int, bytes | None, bytes | None]  # partition, offset, key, value
 
 
-def confluent_create_topic(bootstrap: str, name: str, partitions: int) -> None:
+def confluent_create_topic(
+    bootstrap: str, name: str, partitions: int, config: dict[str, str] | None = None
+) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
+    topic = NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})
+    futures = admin.create_topics([topic])
     futures[name].result(timeout=30)
 
 
@@ -156,6 +160,13 @@ def check_same_messages(
 def produce_raw(port: int, topic: str, records: bytes, version: int = 7) -> int:
     """Send one Produce request for partition 0 of ``topic`` holding exactly ``records``
     (batches no client library would build); return the partition's error code."""
+    return int(produce_raw_partition(port, topic, records, version).error_code)
+
+
+def produce_raw_partition(port: int, topic: str, records: bytes, version: int = 7) -> Any:
+    """As ``produce_raw``, but return partition 0's whole response (kafka-python's decoded
+    PartitionProduceResponse: error_code, base_offset, and from v8 record_errors and
+    error_message)."""
     request = ProduceRequest(
         transactional_id=None,
         acks=-1,
@@ -177,4 +188,4 @@ def produce_raw(port: int, topic: str, records: bytes, version: int = 7) -> int:
         size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
         payload = sock.recv(size, socket.MSG_WAITALL)
     response = ProduceResponse.decode(payload[4:], version=version)
-    return int(response.responses[0].partition_responses[0].error_code)
+    return response.responses[0].partition_responses[0]

@@ -67,6 +67,7 @@ __all__ = [
     "UnsupportedCodec",
     "assign_offsets",
     "build_batch",
+    "check_record_timestamps",
     "crc32c",
     "iter_batches",
     "iter_records",
@@ -76,12 +77,23 @@ __all__ = [
 
 
 class InvalidBatch(Exception):
-    """A batch broke a format rule; ``error_code`` is the Kafka code to answer with."""
+    """A batch broke a format rule; ``error_code`` is the Kafka code to answer with.
 
-    def __init__(self, error_code: int, message: str) -> None:
+    ``record_errors`` names the records that broke it, when the rule is a per-record one:
+    (index of the record in its batch, message), which Produce v8 and later carry back to
+    the producer (KIP-467), so that it fails exactly those records.
+    """
+
+    def __init__(
+        self,
+        error_code: int,
+        message: str,
+        record_errors: list[tuple[int, str]] | None = None,
+    ) -> None:
         super().__init__(message)
         self.error_code = error_code
         self.message = message
+        self.record_errors = record_errors or []
 
 
 class UnsupportedCodec(NotImplementedError):
@@ -175,6 +187,42 @@ def validate_produced_batch(
     if codec == COMPRESSION_ZSTD and not allow_zstd:
         raise InvalidBatch(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, "zstd needs Produce v7 or later")
     return info
+
+
+# A record's timestamp field when it has none (Kafka's RecordBatch.NO_TIMESTAMP).
+NO_TIMESTAMP = -1
+
+
+def check_record_timestamps(
+    records: memoryview | bytes, *, now_ms: int, before_max_ms: int, after_max_ms: int
+) -> None:
+    """Refuse a CreateTime batch holding a record stamped more than ``before_max_ms`` before
+    ``now_ms`` or more than ``after_max_ms`` after it (Kafka's topic configs
+    message.timestamp.before.max.ms and message.timestamp.after.max.ms, KIP-937, which
+    replace message.timestamp.difference.max.ms).
+
+    Every record is checked (decompressing the batch if need be), and the refusal names each
+    one out of range, by its index in the batch, with INVALID_TIMESTAMP for the batch
+    (KIP-467). A record without a timestamp is not checked, as in Kafka.
+    """
+    low, high = now_ms - before_max_ms, now_ms + after_max_ms
+    errors: list[tuple[int, str]] = []
+    for index, record in enumerate(iter_records(records)):
+        stamp = record.timestamp_ms
+        if stamp != NO_TIMESTAMP and not low <= stamp <= high:
+            errors.append(
+                (
+                    index,
+                    f"timestamp {stamp} of record {index} is out of range: "
+                    f"it must be within [{low}, {high}]",
+                )
+            )
+    if errors:
+        raise InvalidBatch(
+            ErrorCode.INVALID_TIMESTAMP,
+            f"{len(errors)} of the batch's records have a timestamp out of range [{low}, {high}]",
+            errors,
+        )
 
 
 @overload

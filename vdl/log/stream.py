@@ -110,6 +110,10 @@ class LogStream:
     def store(self) -> LogStore:
         return self._store
 
+    def clock_ms(self) -> int:
+        """The time by the stream's clock, in ms (the clock of its LogAppendTime stamps)."""
+        return self._clock_ms()
+
     @property
     def high_watermark(self) -> int:
         return self._high_watermark

@@ -14,6 +14,7 @@ from vdl.log.record_batch import (
     UnsupportedCodec,
     assign_offsets,
     build_batch,
+    check_record_timestamps,
     crc32c,
     iter_batches,
     iter_records,
@@ -307,3 +308,29 @@ def test_assign_offsets_in_place_stamps_a_writable_buffer() -> None:
     copied = assign_offsets(readonly, 99, 5, in_place=True)
     assert copied is not readonly and parse_batch_header(copied).base_offset == 99
     assert parse_batch_header(readonly).base_offset == 77  # a shared buffer is not touched
+
+
+NOW = 1_700_000_000_000
+
+
+def test_record_timestamps_within_the_bounds_pass_inclusively() -> None:
+    stamps = [NOW - 1000, NOW, NOW + 500, -1]  # -1: a record without a timestamp
+    batch = build_batch([Record(None, b"v", ts) for ts in stamps])
+    check_record_timestamps(batch, now_ms=NOW, before_max_ms=1000, after_max_ms=500)
+
+
+@pytest.mark.parametrize("compression", [bh.COMPRESSION_NONE, bh.COMPRESSION_GZIP])
+def test_record_timestamps_out_of_range_are_named_by_index(compression: int) -> None:
+    stamps = [NOW, NOW - 1001, NOW + 10, NOW + 501, NOW - 5000]
+    batch = build_batch([Record(b"k", b"v", ts) for ts in stamps], compression=compression)
+    with pytest.raises(InvalidBatch) as caught:
+        check_record_timestamps(batch, now_ms=NOW, before_max_ms=1000, after_max_ms=500)
+    assert caught.value.error_code == ErrorCode.INVALID_TIMESTAMP
+    assert [index for index, _ in caught.value.record_errors] == [1, 3, 4]
+    reason = caught.value.record_errors[1][1]
+    assert str(NOW + 501) in reason and f"[{NOW - 1000}, {NOW + 500}]" in reason
+    assert "3 of the batch's records" in caught.value.message
+
+
+def test_a_batch_level_refusal_names_no_record() -> None:
+    assert InvalidBatch(ErrorCode.CORRUPT_MESSAGE, "bad crc").record_errors == []

@@ -6,12 +6,17 @@ partition set differs from the request), and session id 0 keeps clients sessionl
 A client over its consume quota gets, as from Kafka (KafkaApis.handleFetchRequest), a
 response without records that carries throttle_time_ms (see quotas.py).
 
-The client's max_bytes and partition_max_bytes are clamped to the node's
-``--fetch-max-bytes`` (Kafka's broker-side fetch.max.bytes), so no request makes the node
-read more than that for one response. The reads run on the event loop, in steps of at most
-``READ_STEP`` bytes with a checkpoint between them: one step is a pread from the page cache
-and a CRC-32C over it (about 2-3 ms for 1 MiB), so other connections and the Raft
-heartbeats on the same loop wait at most that long for a fetch, however large.
+Limits (KIP-74, Fetch v3 and later): partitions are filled in request order, each with at
+most its partition_max_bytes and all of them together with at most the request's max_bytes,
+both clamped to the node's ``--fetch-max-bytes`` (Kafka's broker-side fetch.max.bytes). The
+one exception is the first batch of the first partition that has records: it goes out whole
+whatever its size, so a consumer always makes progress. Later partitions whose next batch
+does not fit are answered without records (their high watermark, no error), as Kafka does.
+
+The reads run on the event loop, in steps of at most ``READ_STEP`` bytes with a checkpoint
+between them: one step is a pread from the page cache and a CRC-32C over it (about 2-3 ms
+for 1 MiB), so other connections and the Raft heartbeats on the same loop wait at most that
+long for a fetch, however large.
 """
 
 from __future__ import annotations
@@ -49,16 +54,19 @@ def without_records(topics: _Topics) -> _Topics:
     return [(name, [replace(result, records=[]) for result in results]) for name, results in topics]
 
 
-async def _read(stream: LogStream, offset: int, budget: int) -> list[Buffer]:
-    """Committed batches from ``offset``, up to ``budget`` bytes (the first batch whatever its
-    size), read in steps of READ_STEP with a checkpoint between steps."""
+async def _read(stream: LogStream, offset: int, budget: int, first_whole: bool) -> list[Buffer]:
+    """Committed batches from ``offset``, up to ``budget`` bytes, read in steps of READ_STEP
+    with a checkpoint between steps. With ``first_whole`` the first batch is returned
+    whatever its size (KIP-74's exception); without it, a first batch larger than the budget
+    means no records."""
     records: list[Buffer] = []
     size = 0
     while True:
         step = stream.read(offset, max(min(budget - size, READ_STEP), 0))
-        # Only a step's first batch may exceed its budget (KIP-74); past the first step of
-        # the partition, such a batch waits for the next fetch.
-        if not step or (records and size + len(step[0]) > budget):
+        # The store returns a step's first batch whatever its size: only the very first
+        # batch of a first_whole read may exceed the budget; any other waits for a later
+        # fetch.
+        if not step or ((records or not first_whole) and size + len(step[0]) > budget):
             return records
         records.extend(step)
         size += sum(len(r) for r in step)
@@ -106,11 +114,12 @@ async def _collect(
                 )
                 continue
             records: list[Buffer] = []
-            # KIP-74: the first batch of the first non-empty partition goes out whatever its
-            # size, so a consumer always makes progress; after that, budgets are respected.
+            # KIP-74: until some partition has returned records, the first batch goes out
+            # whatever its size, so a consumer always makes progress; after that, both
+            # limits hold (Kafka's ReplicaManager.readFromLocalLog, minOneMessage).
             if remaining > 0 or total == 0:
                 budget = min(part.partition_max_bytes, limit, max(remaining, 0))
-                records = await _read(stream, offset, budget)
+                records = await _read(stream, offset, budget, first_whole=total == 0)
                 size = sum(len(r) for r in records)
                 total += size
                 remaining -= size

@@ -1,15 +1,21 @@
-"""Produce: validate each partition's batch, append it in request order, answer once durable."""
+"""Produce: validate each partition's batch, append it in request order, answer once durable.
+
+A batch refused for some of its records (a CreateTime timestamp outside the topic's
+message.timestamp.before/after.max.ms) is answered, from Produce v8, with the index and
+reason of each such record (KIP-467), so that the producer fails exactly those records.
+"""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import trio
 
-from vdl.broker.topics import TopicError
+from vdl.broker.broker import Broker
+from vdl.broker.topics import Topic, TopicError
 from vdl.log.error_codes import ErrorCode
-from vdl.log.record_batch import InvalidBatch, validate_produced_batch
+from vdl.log.record_batch import InvalidBatch, check_record_timestamps, validate_produced_batch
 from vdl.log.stream import Appended, LogStream, StreamError
 from vdl.metrics.stages import STAGES
 from vdl.net.kafka.apis.context import Pending, RequestContext, Response
@@ -23,6 +29,8 @@ from vdl.net.kafka.versions import ApiKey
 from vdl.security.acl import Operation
 
 ZSTD_MIN_PRODUCE_VERSION = 7
+# Kafka's "no limit" for the timestamp settings (Long.MAX_VALUE).
+_NO_LIMIT = 2**63 - 1
 
 # Stages of a produce (see vdl/metrics/stages.py).
 _DECODE = STAGES.histogram("kafka_produce_decode_seconds")
@@ -40,8 +48,29 @@ class _Slot:
     partition: int
     error: ErrorCode = ErrorCode.NONE
     message: str | None = None
+    # (index in the batch, reason) of each record that made the batch refused (KIP-467).
+    record_errors: list[tuple[int, str]] = field(default_factory=list)
     stream: LogStream | None = None
     appended: Appended | None = None
+
+
+def _timestamp_bounds(broker: Broker, topic: Topic) -> tuple[int, int] | None:
+    """How far before and after the leader's clock a record's CreateTime may lie on this
+    topic, or None when anything goes (LogAppendTime topics, or no limit set).
+
+    As in Kafka since KIP-937, message.timestamp.before.max.ms and .after.max.ms left at
+    their default take the value of the older message.timestamp.difference.max.ms.
+    """
+    if broker.topic_config(topic, "message.timestamp.type") != "CreateTime":
+        return None
+    difference = int(broker.topic_config(topic, "message.timestamp.difference.max.ms"))
+    before = int(broker.topic_config(topic, "message.timestamp.before.max.ms"))
+    after = int(broker.topic_config(topic, "message.timestamp.after.max.ms"))
+    before = difference if before == _NO_LIMIT else before
+    after = difference if after == _NO_LIMIT else after
+    if before == _NO_LIMIT and after == _NO_LIMIT:
+        return None
+    return before, after
 
 
 def _append_one(ctx: RequestContext, slot: _Slot, records: memoryview | None, version: int) -> None:
@@ -58,12 +87,20 @@ def _append_one(ctx: RequestContext, slot: _Slot, records: memoryview | None, ve
             max_batch_bytes=int(broker.topic_config(topic, "max.message.bytes")),
             allow_zstd=version >= ZSTD_MIN_PRODUCE_VERSION,
         )
+        bounds = _timestamp_bounds(broker, topic)
+        if bounds is not None:
+            # Reads every record (decompressing if need be), so only the topics that set
+            # a limit pay for it.
+            check_record_timestamps(
+                records, now_ms=stream.clock_ms(), before_max_ms=bounds[0], after_max_ms=bounds[1]
+            )
         slot.appended = stream.append(records, info)
         slot.stream = stream
     except (TopicError, StreamError) as exc:
         slot.error, slot.message = exc.error, str(exc)
     except InvalidBatch as exc:
         slot.error, slot.message = ErrorCode(exc.error_code), exc.message
+        slot.record_errors = exc.record_errors
 
 
 def handle_produce(ctx: RequestContext) -> Pending:
@@ -144,6 +181,7 @@ def _encode(
                 base_offset=base_offset,
                 log_append_time_ms=append_time,
                 log_start_offset=start,
+                record_errors=list(slot.record_errors) if error != ErrorCode.NONE else [],
                 error_message=slot.message if error != ErrorCode.NONE else None,
             )
         )
