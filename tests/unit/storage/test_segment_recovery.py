@@ -395,3 +395,20 @@ def test_a_segment_deleted_during_a_sync_keeps_its_fd_until_the_sync_ends(
         worker.join()
     with pytest.raises(OSError):
         os.fstat(oldest_fd)
+
+
+def test_batch_headers_of_small_and_large_entries_read_back_exactly(
+    directory: Path, opened: list[SegmentLogStore]
+) -> None:
+    # Runs of small entries share a read, entries past the read's reach get their own; a
+    # store reopened (nothing cached) and the store that wrote them (some cached) agree.
+    options = LogStoreOptions(segment_bytes=8 << 20, cache_bytes=64 * 1024)
+    store = open_store(directory, opened, options)
+    log = LogWriter(store)
+    for n in range(400):
+        log.data(count=1, value_size=700 * 1024 if n % 97 == 0 else 100)
+    store.sync()
+    want = [(e.index, bytes(e.payload[:61])) for e in log.appended if e.type == EntryType.DATA]
+    assert list(store.data_headers()) == want
+    store.close()
+    assert list(open_store(directory, opened, options).data_headers()) == want

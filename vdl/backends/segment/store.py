@@ -76,6 +76,8 @@ from vdl.log.batch_header import max_timestamp
 # segment still has unwritten ones): a crash then costs at most this many entries of
 # re-scan, and the index files see one write per this many entries.
 _INDEX_FLUSH_EVERY = 1024
+# How far one read of data_headers reaches to take the headers of following entries too.
+_HEADERS_READ = 1 << 20
 _DATA = int(EntryType.DATA)
 _RAFT_ONLY = frozenset({int(EntryType.NOOP), int(EntryType.CONFIG)})
 
@@ -383,14 +385,43 @@ class SegmentLogStore:
         self._live()
         for segment in self._segments.snapshot():
             log = segment.log
-            for k in range(log.count):
+            k, count = 0, log.count
+            while k < count:
                 record = log.record(k)
                 cached = self._cache.get(record.raft_index)
                 if cached is not None:
+                    # Possibly not written yet: from memory.
                     yield record.raft_index, bytes(cached.payload[:BATCH_HEADER_SIZE])
-                else:
-                    header = segment.read(record.position + HEADER_SIZE, BATCH_HEADER_SIZE)
-                    yield record.raft_index, header
+                    k += 1
+                    continue
+                # The headers of the entries that follow within _HEADERS_READ bytes come
+                # with one read: a log of many small batches opens without a read per
+                # batch, a log of large ones reads only their headers.
+                run = [record]
+                k += 1
+                while k < count:
+                    following = log.record(k)
+                    end = following.position + HEADER_SIZE + BATCH_HEADER_SIZE
+                    if (
+                        end - record.position > _HEADERS_READ
+                        or self._cache.get(following.raft_index) is not None
+                    ):
+                        break
+                    run.append(following)
+                    k += 1
+                if len(run) == 1:
+                    yield (
+                        record.raft_index,
+                        segment.read(record.position + HEADER_SIZE, BATCH_HEADER_SIZE),
+                    )
+                    continue
+                span = segment.read(
+                    record.position,
+                    run[-1].position + HEADER_SIZE + BATCH_HEADER_SIZE - record.position,
+                )
+                for entry in run:
+                    start = entry.position - record.position + HEADER_SIZE
+                    yield entry.raft_index, span[start : start + BATCH_HEADER_SIZE]
 
     def _locate_offset(self, offset: int) -> tuple[int, int] | None:
         """(segment number, log record number) of the batch holding `offset`, or of the first
