@@ -160,6 +160,16 @@ def _client_cancelled(call: _ServerCall, exc: BaseException) -> bool:
     return isinstance(exc, GrpcError) and exc.status is StatusCode.CANCELLED
 
 
+def _failed(call: _ServerCall, exc: Exception, how: str) -> tuple[StatusCode, str]:
+    """The status a handler's exception ends its call with, logged once: CANCELLED at debug
+    level when the client reset the call, else INTERNAL with the traceback."""
+    if _client_cancelled(call, exc):
+        logger.debug("%s: cancelled by the client", call.context.method)
+        return StatusCode.CANCELLED, "call reset by the client"
+    logger.exception("handler for %s %s", call.context.method, how)
+    return StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"
+
+
 class _ServerConnection(ConnectionDriver):
     def __init__(self, server: GrpcServer, transport: trio.abc.Stream, peer: str) -> None:
         super().__init__(
@@ -276,25 +286,14 @@ class _ServerConnection(ConnectionDriver):
                     except GrpcError as exc:
                         status, message = exc.status, exc.message
                     except Exception as exc:
-                        if _client_cancelled(call, exc):
-                            logger.debug("%s: cancelled by the client", context.method)
-                            status, message = StatusCode.CANCELLED, "call reset by the client"
-                        else:
-                            logger.exception("handler for %s failed", context.method)
-                            status = StatusCode.INTERNAL
-                            message = f"{type(exc).__name__}: {exc}"
+                        status, message = _failed(call, exc, "failed")
             except Exception as exc:
                 # An error raised together with this call's cancellation (a group holding
                 # both) gets past the handler's except clauses once the scope has taken
                 # its Cancelled out; it must still end only this call. A client that
                 # resets its call (an SDK reader closed while its session starts) leaves
                 # every task of the handler failing with "reset": normal, not an error.
-                if _client_cancelled(call, exc):
-                    logger.debug("%s: cancelled by the client", context.method)
-                    status, message = StatusCode.CANCELLED, "call reset by the client"
-                else:
-                    logger.exception("handler for %s failed while cancelled", context.method)
-                    status, message = StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"
+                status, message = _failed(call, exc, "failed while cancelled")
             if call.failure is not None:
                 # Whatever the handler made of it, the request stream was broken.
                 status, message = call.failure
