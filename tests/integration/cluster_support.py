@@ -101,8 +101,15 @@ class Cluster:
         return ",".join(n.bootstrap for n in self.nodes.values() if n.alive())
 
     def start(self) -> None:
-        for node in self.nodes.values():
-            node.start()
+        """Start every node at once (their start-up work overlaps), then wait for each."""
+        try:
+            for node in self.nodes.values():
+                node.spawn()
+            for node in self.nodes.values():
+                node.wait_listening()
+        except BaseException:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         for node in self.nodes.values():

@@ -69,6 +69,11 @@ class NodeProcess:
         return f"http://127.0.0.1:{self.admin_port}"
 
     def start(self, timeout: float = 30.0) -> NodeProcess:
+        self.spawn()
+        return self.wait_listening(timeout)
+
+    def spawn(self) -> None:
+        """Start the process without waiting for it (see `wait_listening`)."""
         log = open(self.log_path, "ab")
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.process = subprocess.Popen(
@@ -91,6 +96,10 @@ class NodeProcess:
             env=env,
         )
         log.close()
+
+    def wait_listening(self, timeout: float = 30.0) -> NodeProcess:
+        """Wait until the spawned process listens on its Kafka and gRPC ports."""
+        assert self.process is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
