@@ -32,6 +32,7 @@ from vdl.cluster.acl_commands import ReplicatedAcls
 from vdl.cluster.coordinator_role import CoordinatorRole
 from vdl.cluster.front_ends import ClusterFrontEnds
 from vdl.cluster.group_commands import ReplicatedGroups
+from vdl.cluster.log_start_commands import ReplicatedLogStarts
 from vdl.cluster.manager import ClusterManager, ClusterSettings
 from vdl.cluster.memory_meta import MemoryMetaStore
 from vdl.cluster.offset_commands import ReplicatedOffsets
@@ -240,6 +241,8 @@ class Node:
                 ReplicatedAcls(meta, acls).register(self._cluster.state)
                 # Users likewise, so one `vdl user add` lets the user in on every node.
                 ReplicatedUsers(meta, user_table).register(self._cluster.state)
+                # DeleteRecords: every replica moves the partition's log start.
+                ReplicatedLogStarts(broker).register(self._cluster.state, self._cluster.forwardable)
             try:
                 with timing_gc_pauses():
                     await self._serve(broker, flusher, cluster_id.decode(), task_status)

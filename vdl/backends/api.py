@@ -229,10 +229,15 @@ class LogStore(Protocol):
         The only method that may run in another thread concurrently with `append`."""
         ...
 
-    def apply_retention(self, now_ms: int, keep_from: int | None = None) -> int:
+    def apply_retention(
+        self, now_ms: int, keep_from: int | None = None, drop_before: int | None = None
+    ) -> int:
         """Delete whole closed segments beyond the configured retention, never an entry at
         or after `keep_from` (a replica keeps what it has not applied yet); return how many
-        entries were removed. first_index()/first_offset() move forward accordingly."""
+        entries were removed. first_index()/first_offset() move forward accordingly.
+        `drop_before`: closed segments whose entries all lie before this index go too,
+        whatever the limits (the log start moved by DeleteRecords); a store without
+        segment files may keep them until its retention removes them."""
         ...
 
     def reset(self, first_index: int, first_offset: int) -> None:
@@ -259,6 +264,11 @@ class LogStore(Protocol):
 
     def size_bytes(self) -> int:
         """Bytes of log data currently stored."""
+        ...
+
+    def set_retention(self, retention: LogRetention) -> None:
+        """Use `retention` from the next `apply_retention` on (a topic's retention settings
+        changed while the store is open)."""
         ...
 
     def segment_count(self) -> int:

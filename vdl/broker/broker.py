@@ -31,6 +31,8 @@ from vdl.broker.topics import (
 from vdl.groups.offsets import OffsetStore
 from vdl.groups.service import GroupService
 from vdl.log.appender import AppenderFactory, LocalAppender
+from vdl.log.cleaner import clean_stream
+from vdl.log.compaction import CompactionSettings, deletes, is_compacted
 from vdl.log.error_codes import ErrorCode
 from vdl.log.flusher import Flusher
 from vdl.log.producer_state import PRODUCER_ID_EXPIRATION_MS
@@ -42,6 +44,8 @@ log = logging.getLogger(__name__)
 _RETENTION_REMOVED = STAGES.counter("retention_removed_entries")
 
 _PRODUCER_ID_KEY = b"producer-id/next"
+# Where DeleteRecords moved a partition's log start: log-start/<topic id>/<partition>.
+_LOG_START_PREFIX = b"log-start/"
 _PRODUCER_ID_BLOCK = 1000
 MAX_PARTITIONS = 10_000
 # On a cluster each node hands out producer ids of its own residue class (id % this is
@@ -67,6 +71,8 @@ class Broker:
     ) -> None:
         """`catalog`: where topics live (default: this node's MetaStore); a cluster passes
         one that mirrors the metadata group, and opens partition streams itself."""
+        # The node's data directory: Kafka's log dir (DescribeLogDirs).
+        self.data_dir = data_dir.resolve()
         self._streams_dir = data_dir / "streams"
         self._streams_dir.mkdir(parents=True, exist_ok=True)
         self._meta = meta
@@ -128,18 +134,14 @@ class Broker:
         """Open (creating if needed) one partition's store in `directory` as a stream,
         without registering it (see add_stream). Its appends go to `appender` (a Raft
         group's), or to the store and this node's flusher."""
-        retention_ms = int(self.topic_config(topic, "retention.ms"))
-        retention_bytes = int(self.topic_config(topic, "retention.bytes"))
         options = LogStoreOptions(
             segment_bytes=int(self.topic_config(topic, "segment.bytes")),
             preallocate=self._preallocate_segments,
-            retention=LogRetention(
-                max_bytes=retention_bytes if retention_bytes >= 0 else None,
-                max_age_ms=retention_ms if retention_ms >= 0 else None,
-            ),
+            retention=self._retention(topic),
         )
         append_time = self.topic_config(topic, "message.timestamp.type") == "LogAppendTime"
         store = open_log_store(self._log_backend, directory, options)
+        saved = self._meta.get(_log_start_key(topic, partition))
         return LogStream(
             f"{topic.name}-{partition}",
             store,
@@ -147,7 +149,36 @@ class Broker:
             self._clock_ms,
             log_append_time=append_time,
             producer_expiry_ms=self._producer_id_expiration_ms,
+            log_start=int(saved) if saved is not None else 0,
         )
+
+    def _retention(self, topic: Topic) -> LogRetention:
+        if not deletes(self.topic_config(topic, "cleanup.policy")):
+            return LogRetention()  # compact alone: no time or size retention
+        retention_ms = int(self.topic_config(topic, "retention.ms"))
+        retention_bytes = int(self.topic_config(topic, "retention.bytes"))
+        return LogRetention(
+            max_bytes=retention_bytes if retention_bytes >= 0 else None,
+            max_age_ms=retention_ms if retention_ms >= 0 else None,
+        )
+
+    def topic_updated(self, topic: Topic) -> None:
+        """Record a topic's new definition (made here, or applied from the metadata group)
+        and give its open streams the settings they apply at run time: retention (from the
+        next retention pass) and message.timestamp.type. max.message.bytes and the
+        timestamp limits are read per produce; segment.bytes applies from the next start."""
+        self.catalog.update(topic)
+        retention = self._retention(topic)
+        append_time = self.topic_config(topic, "message.timestamp.type") == "LogAppendTime"
+        for partition in range(topic.partitions):
+            stream = self._streams.get((topic.name, partition))
+            if stream is not None:
+                stream.store.set_retention(retention)
+                stream.set_log_append_time(append_time)
+
+    def hosted_streams(self) -> list[tuple[str, int, LogStream]]:
+        """(topic, partition, stream) of every partition replica this node holds."""
+        return [(name, partition, s) for (name, partition), s in sorted(self._streams.items())]
 
     def add_stream(self, topic: str, partition: int, stream: LogStream) -> None:
         self._streams[(topic, partition)] = stream
@@ -248,8 +279,8 @@ class Broker:
         return topic
 
     def update_topic(self, topic: Topic) -> None:
-        """Persist new consumers/codecs/attributes/configs of an existing topic. Settings the
-        open streams were built with (retention, segment size) apply from the next start."""
+        """Persist new consumers/codecs/attributes/configs of an existing topic; the open
+        streams take them as `topic_updated` says."""
         self._refuse_on_cluster()
         current = self.catalog.get(topic.name)
         if current is None:
@@ -257,7 +288,7 @@ class Broker:
         if topic.partitions != current.partitions or topic.topic_id != current.topic_id:
             raise TopicError(ErrorCode.INVALID_PARTITIONS, "partition count cannot change")
         validate_configs(self.config_specs, topic.configs)
-        self.catalog.update(topic)
+        self.topic_updated(topic)
 
     def _refuse_on_cluster(self) -> None:
         # Topics of a cluster change only through the metadata group (ClusterView).
@@ -297,6 +328,51 @@ class Broker:
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {partition} of {topic!r}"
             )
         return stream
+
+    # -- log start (DeleteRecords) --------------------------------------------------------
+
+    async def delete_records(self, name: str, partition: int, offset: int, timeout_s: float) -> int:
+        """Kafka's DeleteRecords on a partition this node leads: the log starts at
+        `offset` (-1: the high watermark) on every replica; the log start offset after.
+        OFFSET_OUT_OF_RANGE above the high watermark; the start never moves backwards.
+        On a cluster it is the metadata command `delete_records`
+        (`vdl/cluster/log_start_commands.py`), waited for up to `timeout_s`."""
+        stream = self.leader_stream(name, partition)
+        topic = self.catalog.get(name)
+        if topic is None:
+            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
+        high_watermark = stream.high_watermark
+        target = high_watermark if offset == -1 else offset
+        if not 0 <= target <= high_watermark:
+            raise TopicError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"{offset} is outside 0..{high_watermark} (the high watermark)",
+            )
+        if target <= stream.log_start_offset:
+            return stream.log_start_offset
+        if self.cluster is None:
+            self.apply_log_start(topic, partition, target)
+        else:
+            command = {
+                "op": "delete_records",
+                "name": name,
+                "topic_id": str(topic.topic_id),
+                "partition": partition,
+                "offset": target,
+            }
+            await self.cluster.run_command(command, timeout_s)
+        return stream.log_start_offset
+
+    def apply_log_start(self, topic: Topic, partition: int, offset: int) -> None:
+        """Persist that the partition's log starts at `offset` (if that is later) and move
+        the start of its stream, if this node holds it."""
+        key = _log_start_key(topic, partition)
+        saved = self._meta.get(key)
+        if saved is None or int(saved) < offset:
+            self._meta.put(key, str(offset).encode())
+        stream = self._streams.get((topic.name, partition))
+        if stream is not None:
+            stream.advance_log_start(offset)
 
     # -- producers -----------------------------------------------------------------------
 
@@ -359,8 +435,26 @@ class Broker:
                 if removed:
                     _RETENTION_REMOVED.inc(removed)
                     log.info("retention removed %d entries of %s", removed, stream.name)
+                topic = self.catalog.get(key[0])
+                if topic is not None and is_compacted(self.topic_config(topic, "cleanup.policy")):
+                    cleaned = await clean_stream(
+                        stream, self._compaction_settings(topic), self._clock_ms()
+                    )
+                    if cleaned:
+                        log.info("log compaction rewrote %d segments of %s", cleaned, stream.name)
+
+    def _compaction_settings(self, topic: Topic) -> CompactionSettings:
+        return CompactionSettings(
+            delete_retention_ms=int(self.topic_config(topic, "delete.retention.ms")),
+            min_cleanable_dirty_ratio=float(self.topic_config(topic, "min.cleanable.dirty.ratio")),
+            min_compaction_lag_ms=int(self.topic_config(topic, "min.compaction.lag.ms")),
+        )
 
     async def close(self) -> None:
         for stream in self._streams.values():
             await stream.close()
         self._streams.clear()
+
+
+def _log_start_key(topic: Topic, partition: int) -> bytes:
+    return _LOG_START_PREFIX + f"{topic.topic_id}/{partition}".encode()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from vdl.broker.topics import Topic
 
@@ -68,9 +68,11 @@ class ClusterView(Protocol):
         *,
         validate_only: bool = ...,
         timeout_s: float = ...,
+        assignments: Sequence[tuple[int, Sequence[int]]] | None = ...,
     ) -> Topic:
         """Through group 0 from any node (KIP-590), waiting up to `timeout_s` for its
-        outcome (REQUEST_TIMED_OUT after it); `validate_only` checks without creating."""
+        outcome (REQUEST_TIMED_OUT after it); `validate_only` checks without creating;
+        `assignments` (partition index, replica ids) places the replicas by hand."""
         ...
 
     async def add_partitions(
@@ -87,4 +89,15 @@ class ClusterView(Protocol):
         are placed as at creation."""
         ...
 
+    async def update_topic(self, topic: Topic, *, timeout_s: float = ...) -> None:
+        """Replace a topic's definition (same name, id and partitions) through group 0 from
+        any node, as create_topic runs; every node applies it."""
+        ...
+
     async def delete_topic(self, name: str, timeout_s: float = ...) -> None: ...
+
+    async def run_command(self, command: dict[str, Any], timeout_s: float = ...) -> None:
+        """Apply a metadata command through group 0 from this node, waiting up to
+        `timeout_s` for this node to apply it (REQUEST_TIMED_OUT after it); TopicError
+        with its outcome if it failed."""
+        ...

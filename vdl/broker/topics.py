@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vdl.backends.api import MetaStore
+from vdl.log.compaction import CLEANUP_POLICIES
 from vdl.log.error_codes import ErrorCode
 
 _TOPIC_KEY = b"topic/"
@@ -30,9 +31,12 @@ class TopicError(Exception):
 @dataclass(frozen=True, slots=True)
 class ConfigSpec:
     default: str
-    kind: type  # int or str
+    kind: type  # int, float (a ratio in [0, 1]) or str
     choices: tuple[str, ...] = ()
     minimum: int | None = None  # the smallest value allowed (int settings)
+    # Values Kafka takes that VDL refuses, and why (INVALID_CONFIG names the reason).
+    refused: tuple[str, ...] = ()
+    reason: str = ""
 
 
 def topic_config_specs(
@@ -40,7 +44,11 @@ def topic_config_specs(
 ) -> dict[str, ConfigSpec]:
     """The topic settings VDL honours, with the node's defaults."""
     return {
-        "cleanup.policy": ConfigSpec("delete", str, ("delete",)),
+        # compact and compact,delete: log compaction (vdl/log/compaction.py).
+        "cleanup.policy": ConfigSpec("delete", str, CLEANUP_POLICIES),
+        "delete.retention.ms": ConfigSpec("86400000", int, minimum=0),
+        "min.cleanable.dirty.ratio": ConfigSpec("0.5", float),
+        "min.compaction.lag.ms": ConfigSpec("0", int, minimum=0),
         "retention.ms": ConfigSpec(str(retention_ms), int),
         "retention.bytes": ConfigSpec(str(retention_bytes), int),
         "segment.bytes": ConfigSpec(str(segment_bytes), int),
@@ -55,6 +63,16 @@ def topic_config_specs(
         # Not Kafka's: the data centre (a node's --dc) whose nodes should lead the
         # partitions when they are healthy (VDL 3.2, vdl/cluster/placement_leader.py).
         "preferred.dc": ConfigSpec("", str),
+        # Kafka's default, "producer", keeps batches as the producer compressed them; VDL
+        # stores them only that way (recompressing on append is not done).
+        "compression.type": ConfigSpec(
+            "producer",
+            str,
+            ("producer",),
+            refused=("uncompressed", "gzip", "snappy", "lz4", "zstd"),
+            reason="VDL keeps record batches as the producer compressed them "
+            "(compression.type=producer); set compression.type on the producer instead",
+        ),
     }
 
 
@@ -82,6 +100,19 @@ def validate_configs(specs: Mapping[str, ConfigSpec], configs: Mapping[str, str]
                 raise TopicError(
                     ErrorCode.INVALID_CONFIG, f"{key} must be at least {spec.minimum}, got {number}"
                 )
+        if spec.kind is float:
+            try:
+                ratio = float(value)
+            except ValueError:
+                ratio = -1.0
+            if not 0.0 <= ratio <= 1.0:
+                raise TopicError(
+                    ErrorCode.INVALID_CONFIG, f"{key} must be a number in [0, 1], got {value!r}"
+                )
+        if value in spec.refused:
+            raise TopicError(
+                ErrorCode.INVALID_CONFIG, f"{key}={value} is not supported: {spec.reason}"
+            )
         if spec.choices and value not in spec.choices:
             raise TopicError(
                 ErrorCode.INVALID_CONFIG, f"{key} must be one of {', '.join(spec.choices)}"

@@ -80,7 +80,7 @@ class ClusterFrontEnds:
             raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {topic.name!r} exists")
 
     async def update_topic(self, topic: Topic) -> None:
-        await self.run({"op": "update_topic", "topic": topic.encode().decode()})
+        await self._manager.update_topic(topic, timeout_s=_COMMAND_TIMEOUT_S)
 
     async def add_partitions(self, name: str, count: int) -> Topic:
         return await self._manager.add_partitions(name, count, timeout_s=_COMMAND_TIMEOUT_S)

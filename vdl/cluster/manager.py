@@ -58,7 +58,11 @@ from vdl.cluster.leader_gossip import (
 )
 from vdl.cluster.metadata import METADATA_GROUP, MetadataState, Placement
 from vdl.cluster.metadata_group import MetadataGroup
-from vdl.cluster.placement import assign_replicas, default_replication_factor
+from vdl.cluster.placement import (
+    assign_replicas,
+    check_assignment,
+    default_replication_factor,
+)
 from vdl.cluster.placement_leader import LeaderPlacement, LedGroup, preferred_dc
 from vdl.cluster.reconfigure import next_change
 from vdl.consensus.clock import NodeClock, NodeLiveness
@@ -180,7 +184,7 @@ class ClusterManager:
         self.state.on_created.append(self._topic_created)
         self.state.on_deleted.append(self._topic_deleted)
         self.state.on_grown.append(self._topic_grown)
-        self.state.on_updated.append(self._broker.catalog.update)
+        self.state.on_updated.append(self._broker.topic_updated)
         self.metadata = MetadataGroup(self.state)
         self._meta_store = open_log_store(
             settings.log_backend, settings.data_dir / "raft" / "metadata", LogStoreOptions()
@@ -642,8 +646,15 @@ class ClusterManager:
         *,
         validate_only: bool = False,
         timeout_s: float = COMMAND_TIMEOUT_S,
+        assignments: Sequence[tuple[int, Sequence[int]]] | None = None,
     ) -> Topic:
+        """`assignments`: a manual placement (partition index, replica ids) that sets the
+        partition count and replication factor (`check_assignment`)."""
         validate_topic_name(name)
+        manual = None
+        if assignments is not None:
+            manual = check_assignment(assignments, self.state.members)
+            partitions, replication_factor = len(manual), len(manual[0])
         if not 1 <= partitions <= MAX_PARTITIONS:
             raise TopicError(
                 ErrorCode.INVALID_PARTITIONS,
@@ -667,7 +678,7 @@ class ClusterManager:
         command: Command = {
             "op": "create_topic",
             "topic": topic.encode().decode(),
-            "replicas": assign_replicas(name, partitions, rf, nodes),
+            "replicas": manual or assign_replicas(name, partitions, rf, nodes),
         }
         # A resent command applied again only finds the topic there: the outcome reported
         # is the first one, so TOPIC_ALREADY_EXISTS means it existed before this request.
@@ -712,6 +723,12 @@ class ClusterManager:
         # outcome reported is the first one.
         await self.run_command(command, timeout_s)
         return self.state.topics.get(name) or topic.grown(count)
+
+    async def update_topic(self, topic: Topic, *, timeout_s: float = COMMAND_TIMEOUT_S) -> None:
+        """Replace a topic's definition (its configs, consumers, codecs, attributes) through
+        group 0 from any node (YDB's AlterTopic, Kafka's AlterConfigs); every node applies
+        it to its catalog and open streams (`Broker.topic_updated`)."""
+        await self.run_command({"op": "update_topic", "topic": topic.encode().decode()}, timeout_s)
 
     async def delete_topic(self, name: str, timeout_s: float = COMMAND_TIMEOUT_S) -> None:
         command: Command = {"op": "delete_topic", "name": name}

@@ -131,7 +131,12 @@ class MetadataState:
         if op == "update_topic":
             topic = Topic.decode(command["topic"].encode())
             current = self.topics.get(topic.name)
-            if current is None or current.partitions != topic.partitions:
+            # Only the topic the sender changed: never one created under the name since.
+            if (
+                current is None
+                or current.partitions != topic.partitions
+                or current.topic_id != topic.topic_id
+            ):
                 return Outcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic.name!r}")
             self.topics[topic.name] = topic
             for updated in self.on_updated:

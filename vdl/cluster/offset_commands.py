@@ -19,7 +19,9 @@ The index and the offsets share one data directory with group 0's log, so they r
 together.
 
 Offset retention (`vdl.groups.retention`) removes expired offsets, and perhaps the group's
-record, with one command per group, proposed by the coordinator's sweep:
+record, with one command per group, proposed by the coordinator's sweep. Kafka's
+DeleteGroups (the group with all its offsets) and OffsetDelete (KIP-496: some of its
+offsets, the record kept) are the same command, decided at the request instead:
 
     {"op": "expire_group", "group": "g", "offsets": [[topic, partition, commit_time_ms], ...],
      "drop_record": true, "generation": 4}
@@ -30,8 +32,9 @@ part follows the replay rule above (and advances the index), so a replay never d
 commit made after the command, even one stamped earlier by another node's clock. The record
 part does not: `store_group` commands (group_commands.py) are replayed without a rule, so
 replay puts back the record this command dropped, and the drop must be replayed too; it
-deletes the record only if it is still of the generation the sweep saw, which replay
-reproduces exactly.
+deletes the record only if it is still of the generation the sweep saw or an older one
+(DeleteGroups names the coordinator's newest generation, whose record may still be on its
+way), which replay reproduces exactly.
 
 Deleting a topic (the metadata group's `delete_topic`) deletes every group's committed
 offsets on it in the same step on every node, under the replay rule above (and advancing

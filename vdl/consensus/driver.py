@@ -863,8 +863,9 @@ class GroupDriver:
             yield chunk
             lo = chunk[-1].index + 1
 
-    def compact(self, now_ms: int) -> int:
-        """Retention: delete what the store's limits allow, never what is not applied, and
+    def compact(self, now_ms: int, drop_before: int | None = None) -> int:
+        """Retention: delete what the store's limits allow (and whole segments before index
+        `drop_before`, below a DeleteRecords log start), never what is not applied, and
         record where the log now starts (term and membership there) for restarts."""
         core = self.core
         applied = core.log.applied
@@ -877,7 +878,7 @@ class GroupDriver:
             return 0  # the term there is unknown (a restart lost the record): keep it all
         # First a point the deletion cannot pass, in case of a crash while it runs...
         self._save_retention_point(bound)
-        removed = store.apply_retention(now_ms, keep_from=applied + 1)
+        removed = store.apply_retention(now_ms, keep_from=applied + 1, drop_before=drop_before)
         try:
             # ...then exactly where the log starts now.
             point = core.retention_point(store.first_index() - 1)

@@ -82,7 +82,7 @@ class Proposer(Protocol):
     @property
     def term(self) -> int: ...
 
-    def compact(self, now_ms: int) -> int: ...
+    def compact(self, now_ms: int, drop_before: int | None = None) -> int: ...
 
 
 class RaftAppender:
@@ -115,10 +115,11 @@ class RaftAppender:
         self._machine.proposed(index, next_offset)
         return index
 
-    def apply_retention(self, now_ms: int) -> int:
+    def apply_retention(self, now_ms: int, drop_before: int | None = None) -> int:
         # The driver keeps what is not applied, and a follower that needs what is gone
-        # gets a snapshot.
-        return self._driver.compact(now_ms)
+        # gets a snapshot. Every replica moves its log start by the same metadata command
+        # (DeleteRecords), so each drops the segments below it here, on its own pass.
+        return self._driver.compact(now_ms, drop_before)
 
     async def close(self) -> None:
         """The driver is closed by whoever runs it; the flusher knows only the driver."""

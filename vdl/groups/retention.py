@@ -70,6 +70,12 @@ class Expiry:
         return not self.offsets and (not self.drop_group or self.record_generation is None)
 
 
+def has_members(group: Group) -> bool:
+    """Whether the group has members, or ids handed out and about to join, or is in a
+    rebalance: it is not Empty in Kafka's sense."""
+    return bool(group.members or group.pending or group.state is not GroupState.EMPTY)
+
+
 def standing(
     group_id: str,
     group: Group | None,
@@ -81,18 +87,18 @@ def standing(
     if group is not None and group.state is GroupState.DEAD:
         return None
     if group is not None:
-        has_members = bool(group.members or group.pending or group.state is not GroupState.EMPTY)
+        members = has_members(group)
         empty_since = group.empty_since_ms
     else:
         # The coordinator holds every stored group it loaded, so a record it does not hold
         # was stored after it forgot the group: nobody is a member, whatever it says.
-        has_members = False
+        members = False
         empty_since = None
         if record is not None and not record.members:
             empty_since = record.empty_since_ms
     return GroupStanding(
         group_id=group_id,
-        has_members=has_members,
+        has_members=members,
         empty_since_ms=empty_since,
         commit_times={tp: c.commit_time_ms for tp, c in offsets.items()},
         record_generation=None if record is None else record.generation,
@@ -139,12 +145,13 @@ def stale_offset_keys(expiry: Expiry, get: Callable[[bytes], bytes | None]) -> l
 
 
 def droppable_record(expiry: Expiry, get: Callable[[bytes], bytes | None]) -> bytes | None:
-    """The key of the group's stored record if the decision drops it and it is still the
-    generation decided on."""
+    """The key of the group's stored record if the decision drops it and it is still of
+    the generation decided on, or older (a deletion decided on the coordinator's newest
+    generation drops the record even if that generation's record is not stored yet)."""
     if not expiry.drop_group or expiry.record_generation is None:
         return None
     key = record_key(expiry.group_id)
     raw = get(key)
-    if raw is None or decode_record(raw).generation != expiry.record_generation:
+    if raw is None or decode_record(raw).generation > expiry.record_generation:
         return None
     return key

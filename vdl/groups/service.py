@@ -31,7 +31,7 @@ from vdl.groups.coordinator import (
     SyncResult,
     random_member_id,
 )
-from vdl.groups.group import Group
+from vdl.groups.group import Group, GroupState
 from vdl.groups.group_record import GroupRecord, GroupRecordStore
 from vdl.groups.offsets import CommittedOffset, OffsetStore, TopicPartition
 from vdl.groups.retention import (
@@ -39,9 +39,11 @@ from vdl.groups.retention import (
     TopicConsumers,
     decide,
     droppable_record,
+    has_members,
     stale_offset_keys,
     standing,
 )
+from vdl.groups.subscription import CONSUMER_PROTOCOL, group_subscriptions
 from vdl.log.error_codes import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -280,6 +282,108 @@ class GroupService:
         if partitions is None:
             return dict(self.offsets.fetch_all(group_id))
         return self.offsets.fetch(group_id, partitions)
+
+    # -- deleting groups and offsets (DeleteGroups, OffsetDelete) ---------------------------
+
+    def _known(self, group_id: str) -> tuple[Group | None, bool]:
+        """The coordinator's group (None if it holds none), and whether the group exists:
+        held in memory and not Dead, or stored (a record or committed offsets)."""
+        group = self.coordinator.group(group_id)
+        if group is not None:
+            return group, group.state is not GroupState.DEAD
+        exists = self.records.get(group_id) is not None or bool(self.offsets.fetch_all(group_id))
+        return None, exists
+
+    async def delete_group(self, group_id: str) -> ErrorCode:
+        """Delete a group without members and every offset it committed (Kafka's
+        DeleteGroups): NONE once done (on a cluster, applied through the metadata group),
+        GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, or a retriable error. The group is held Dead
+        meanwhile, as for an expiry, so nobody joins or commits to it half-deleted."""
+        group, exists = self._known(group_id)
+        if not exists:
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        if group is not None and has_members(group):
+            return ErrorCode.NON_EMPTY_GROUP
+        # The newest generation known: the coordinator's record of it may still be on its
+        # way to the store (on a cluster, through the metadata group).
+        record = self.records.get(group_id)
+        generations = [r.generation for r in (group, record) if r is not None]
+        expiry = Expiry(
+            group_id=group_id,
+            offsets=tuple(
+                (topic, partition, committed.commit_time_ms)
+                for (topic, partition), committed in self.offsets.fetch_all(group_id).items()
+            ),
+            drop_group=True,
+            record_generation=max(generations, default=None),
+        )
+        if not self.coordinator.begin_expiry(group_id):
+            return ErrorCode.NON_EMPTY_GROUP
+        error = ErrorCode.NONE
+        try:
+            if self.replicator is None:
+                self._store_deletes(expiry)
+            elif not expiry.stores_nothing:
+                error = await self.replicator.expire(expiry)
+        finally:
+            # Not deleted: a group this coordinator held is Empty again; one it did not
+            # hold was held only for the proposal.
+            self.coordinator.end_expiry(group_id, forget=group is None or error == ErrorCode.NONE)
+            self._after_call()
+        if error == ErrorCode.NONE:
+            log.info("group %r deleted with %d committed offsets", group_id, len(expiry.offsets))
+        return error
+
+    async def delete_offsets(
+        self, group_id: str, partitions: Sequence[TopicPartition]
+    ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        """Delete the group's committed offsets of `partitions` (Kafka's OffsetDelete,
+        KIP-496): a group-level error (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP for a group
+        with members that does not use the consumer protocol), else one error per
+        partition, GROUP_SUBSCRIBED_TO_TOPIC where an active member subscribes to its
+        topic. A partition with no committed offset is NONE: nothing to delete."""
+        group, exists = self._known(group_id)
+        if not exists:
+            return ErrorCode.GROUP_ID_NOT_FOUND, {}
+        subscribed: frozenset[str] = frozenset()
+        if group is not None and has_members(group):
+            if group.protocol_type != CONSUMER_PROTOCOL:
+                return ErrorCode.NON_EMPTY_GROUP, {}
+            subscribed = group_subscriptions(group)
+        errors = {
+            tp: ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC if tp[0] in subscribed else ErrorCode.NONE
+            for tp in partitions
+        }
+        stored = self.offsets.fetch(group_id, [tp for tp, e in errors.items() if not e])
+        # With the commit time seen now: a commit made after this request stays.
+        expiry = Expiry(
+            group_id=group_id,
+            offsets=tuple(
+                (topic, partition, committed.commit_time_ms)
+                for (topic, partition), committed in stored.items()
+                if committed is not None
+            ),
+            drop_group=False,
+        )
+        if not expiry.offsets:
+            return ErrorCode.NONE, errors
+        if self.replicator is None:
+            self._store_deletes(expiry)
+            return ErrorCode.NONE, errors
+        error = await self.replicator.expire(expiry)
+        if error != ErrorCode.NONE:
+            for topic, partition, _ in expiry.offsets:
+                errors[(topic, partition)] = error
+        return ErrorCode.NONE, errors
+
+    def _store_deletes(self, expiry: Expiry) -> None:
+        """On one node: delete what `expiry` names from the store, in one synced batch."""
+        deletes = stale_offset_keys(expiry, self._meta.get)
+        record = droppable_record(expiry, self._meta.get)
+        if record is not None:
+            deletes.append(record)
+        if deletes:
+            self._meta.write_batch({}, deletes)
 
     # -- offset retention ------------------------------------------------------------------
 

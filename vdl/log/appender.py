@@ -72,8 +72,9 @@ class Appender(Protocol):
         index. Raises `StreamError` when this replica cannot take writes."""
         ...
 
-    def apply_retention(self, now_ms: int) -> int:
-        """Remove what the topic's retention allows; the number of entries removed."""
+    def apply_retention(self, now_ms: int, drop_before: int | None = None) -> int:
+        """Remove what the topic's retention allows, and whole segments of entries before
+        raft index `drop_before` (below the log start); the number of entries removed."""
         ...
 
     async def close(self) -> None:
@@ -125,8 +126,8 @@ class LocalAppender:
         self._events.on_local_durable(index)
         self._events.on_commit(index)
 
-    def apply_retention(self, now_ms: int) -> int:
-        return self._store.apply_retention(now_ms)
+    def apply_retention(self, now_ms: int, drop_before: int | None = None) -> int:
+        return self._store.apply_retention(now_ms, drop_before=drop_before)
 
     async def close(self) -> None:
         await self._flusher.release(self)

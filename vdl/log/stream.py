@@ -22,6 +22,7 @@ import trio
 from vdl.backends.api import Buffer, LogStore
 from vdl.log.appender import AppenderFactory
 from vdl.log.error_codes import ErrorCode
+from vdl.log.leader_epochs import LeaderEpochs
 from vdl.log.producer_state import (
     PRODUCER_ID_EXPIRATION_MS,
     Accept,
@@ -67,7 +68,11 @@ class LogStream:
         *,
         log_append_time: bool = False,
         producer_expiry_ms: int = PRODUCER_ID_EXPIRATION_MS,
+        log_start: int = 0,
     ) -> None:
+        """`log_start`: where DeleteRecords last moved the log start (Kafka's
+        logStartOffset), which may lie inside the first stored batch; the log starts at
+        it or at the first offset stored, whichever is later."""
         self.name = name
         self._store = store
         self._clock_ms = clock_ms
@@ -88,10 +93,14 @@ class LogStream:
         self._watchers: set[trio.Event] = set()
         self.producers = ProducerStateTable()
         self._timestamps = TimestampIndex()
+        self.epochs = LeaderEpochs()
+        self._log_start = log_start
         self._producer_expiry_ms = producer_expiry_ms
         self._next_expiry_ms = clock_ms() + min(_EXPIRY_CHECK_MS, producer_expiry_ms)
         self._rebuild_batch_state()
         self._ydb_producers: YdbProducerTable | None = None
+        # The raft index log compaction last cleaned through (vdl/log/cleaner.py).
+        self.cleaned_through = 0
         self._truncated_waiters: set[trio.Event] = set()
         self._appender = appender(store, self)
         # Visible: what the log held committed when it opened; the rest waits for its commit.
@@ -119,13 +128,38 @@ class LogStream:
         return self._high_watermark
 
     @property
+    def commit_index(self) -> int:
+        """The last committed entry's raft index (log compaction cleans only below it)."""
+        return self._commit_index
+
+    @property
     def durable_end(self) -> int:
         """The offset after the last entry durable on this node's disk (or committed)."""
         return max(self._high_watermark, self._local_durable)
 
     @property
     def log_start_offset(self) -> int:
-        return self._store.first_offset()
+        return max(self._store.first_offset(), self._log_start)
+
+    @property
+    def leader_epoch(self) -> int:
+        """The partition's leader epoch now (the Raft term; 1 on a single replica)."""
+        return self._appender.term()
+
+    def advance_log_start(self, offset: int) -> int:
+        """DeleteRecords: the log starts at `offset` from now on, if that is later than
+        where it starts (never backwards). Reads below it are out of range at once; whole
+        segments below it go at the next retention pass. The log start offset after."""
+        if offset > self._log_start:
+            self._log_start = offset
+            start = self.log_start_offset
+            self._timestamps.drop_before(start)
+            self.epochs.drop_before(start)
+        return self.log_start_offset
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: (largest epoch <= `epoch` in the log, its end offset)."""
+        return self.epochs.end_offset_for(epoch, self.log_end_offset, self.leader_epoch)
 
     @property
     def log_end_offset(self) -> int:
@@ -144,10 +178,12 @@ class LogStream:
         """The producer table and the timestamp index, from the batch headers stored."""
         self.producers = ProducerStateTable()
         self._timestamps = TimestampIndex()
+        self.epochs = LeaderEpochs()
         now = self._clock_ms()
         for _index, header in self._store.data_headers():
             info = parse_batch_header(header)
             self._timestamps.add(info.base_offset, info.max_timestamp, info.size)
+            self.epochs.assign(info.partition_leader_epoch, info.base_offset)
             self.producers.record(
                 info.producer_id,
                 info.producer_epoch,
@@ -157,6 +193,7 @@ class LogStream:
                 info.max_timestamp if info.timestamp_type else -1,
                 now,
             )
+        self.epochs.drop_before(self.log_start_offset)
 
     def ydb_producers(self) -> YdbProducerTable:
         """The YDB producers' last seq_no table, rebuilt from the log on first use.
@@ -201,13 +238,15 @@ class LogStream:
         appender = self._appender
         base = appender.next_offset()
         append_time = now if self._log_append_time else None
-        payload = assign_offsets(batch, base, appender.term(), append_time, in_place=True)
+        epoch = appender.term()
+        payload = assign_offsets(batch, base, epoch, append_time, in_place=True)
         last = base + info.last_offset_delta
         index = appender.append(payload, last + 1)
         _APPENDS.inc()
         _APPENDED_RECORDS.inc(info.last_offset_delta + 1)
         self._uncommitted.append((index, last + 1))
         self._unsynced.append((index, last + 1))
+        self.epochs.assign(epoch, base)
         timestamp = now if append_time is not None else -1
         self._timestamps.add(base, info.max_timestamp if append_time is None else now, info.size)
         self.producers.record(
@@ -337,11 +376,25 @@ class LogStream:
         batch = self.batch_for_timestamp(timestamp_ms)
         return None if batch is None else first_record_at(batch, timestamp_ms)[0]
 
+    def set_log_append_time(self, on: bool) -> None:
+        """Stamp appended batches with the append time (message.timestamp.type changed)."""
+        self._log_append_time = on
+
     def apply_retention(self) -> int:
-        removed = self._appender.apply_retention(self._clock_ms())
+        removed = self._appender.apply_retention(self._clock_ms(), self._drop_before())
         if removed:
             self._timestamps.drop_before(self.log_start_offset)
+            self.epochs.drop_before(self.log_start_offset)
         return removed
+
+    def _drop_before(self) -> int | None:
+        """The raft index before which every entry lies below the log start that
+        DeleteRecords set (None when it set none beyond what is stored)."""
+        store = self._store
+        if self._log_start <= store.first_offset():
+            return None
+        index = store.index_of_offset(self._log_start)
+        return store.last_index() + 1 if index is None else index
 
     async def close(self) -> None:
         """Answer waiters with an error, wait out an in-flight sync, close the store."""
@@ -370,6 +423,7 @@ class LogStream:
         now = self._clock_ms()
         self._expire_producers(now)
         self._timestamps.add(info.base_offset, info.max_timestamp, info.size)
+        self.epochs.assign(info.partition_leader_epoch, info.base_offset)
         self.producers.record(
             info.producer_id,
             info.producer_epoch,

@@ -33,6 +33,9 @@ class Operation(enum.StrEnum):
     # On the cluster only: lets a producer without Write on any topic get a producer id
     # (Kafka's IdempotentWrite, KIP-679).
     IDEMPOTENT_WRITE = "idempotent_write"
+    # Changing a topic's settings, or the brokers' (on the cluster): IncrementalAlterConfigs
+    # and AlterConfigs (Kafka's AlterConfigs operation; ALTER does not imply it, KIP-11).
+    ALTER_CONFIGS = "alter_configs"
 
 
 class ResourceType(enum.StrEnum):

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 # Kafka's minimum (ScramMechanism.minIterations); clients refuse fewer.
 MIN_ITERATIONS = 4096
+# Kafka's maximum (ScramMechanism.maxIterations), enforced on AlterUserScramCredentials.
+MAX_ITERATIONS = 16384
 DEFAULT_ITERATIONS = 8192
 
 HASHES: dict[str, str] = {
@@ -76,6 +78,16 @@ def make_credential(
     digest = HASHES[mechanism]
     salt = salt if salt is not None else secrets.token_bytes(24)
     salted = hashlib.pbkdf2_hmac(digest, password.encode(), salt, iterations)
+    return credential_from_salted(mechanism, salt, iterations, salted)
+
+
+def credential_from_salted(
+    mechanism: str, salt: bytes, iterations: int, salted_password: bytes
+) -> ScramCredential:
+    """The stored form of an already salted password (RFC 5802 §3's SaltedPassword), as a
+    Kafka client sends it in AlterUserScramCredentials (KIP-554)."""
+    digest = HASHES[mechanism]
+    salted = salted_password
     client_key = _hmac(digest, salted, b"Client Key")
     return ScramCredential(
         salt,

@@ -13,7 +13,14 @@ has in its local file.
 from __future__ import annotations
 
 from vdl.backends.api import MetaStore
-from vdl.security.users import PBKDF2, SCRAM_MECHANISMS, User, UsersFileError, parse_line
+from vdl.security.users import (
+    NO_PASSWORD,
+    PBKDF2,
+    SCRAM_MECHANISMS,
+    User,
+    UsersFileError,
+    parse_line,
+)
 
 _PREFIX = b"security/user/"
 
@@ -21,13 +28,15 @@ _PREFIX = b"security/user/"
 def decode_user(line: str) -> User:
     """A user line as sent by a client or carried by a command; UsersFileError if it is
     not a complete hashed entry (a legacy ``name:password`` line would smuggle a plain
-    password into the table)."""
+    password into the table). A SCRAM-only user (``NO_PASSWORD``, set by Kafka's
+    AlterUserScramCredentials) is accepted too. Either needs a SCRAM credential (AlterUser-
+    ScramCredentials may delete all but one)."""
     user = parse_line(0, line)
-    if not user.password_hash.startswith(PBKDF2 + "$"):
+    if user.password_hash != NO_PASSWORD and not user.password_hash.startswith(PBKDF2 + "$"):
         raise UsersFileError("expected a pbkdf2 hash, not a password")
-    missing = [m for m in SCRAM_MECHANISMS if m not in user.scram]
-    if missing:
-        raise UsersFileError(f"missing credentials: {', '.join(missing)}")
+    if not user.scram:
+        # `vdl user` sends every mechanism; Kafka may delete all but one.
+        raise UsersFileError(f"missing credentials: {', '.join(SCRAM_MECHANISMS)}")
     return user
 
 

@@ -11,6 +11,12 @@ user carries both forms. No password is ever stored: ``vdl user add|passwd`` wri
 lines. A line ``name:password`` (no hash) is still read, for files written before hashing
 existed; the node warns about it at start-up and derives the salted forms in memory.
 
+A user given only SCRAM credentials by a Kafka client (AlterUserScramCredentials, KIP-554:
+the client sends the salted password, never the password) has no pbkdf2 hash: its line
+has ``!`` in the hash's place, and PLAIN and YDB Login refuse it::
+
+    carol:! SCRAM-SHA-256=<scram>
+
 The file is re-read when it changes (checked at most once a second), so ``vdl user`` edits
 take effect on a running node without a restart.
 """
@@ -35,6 +41,8 @@ if TYPE_CHECKING:
 
 PBKDF2 = "pbkdf2_sha256"
 PBKDF2_ITERATIONS = 100_000
+# In the hash's place: the user has SCRAM credentials only, so no password matches.
+NO_PASSWORD = "!"
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 _RELOAD_EVERY_S = 1.0
 
@@ -53,6 +61,8 @@ def hash_password(
 
 def password_matches(stored: str, given: str) -> bool:
     """Constant-time check of ``given`` against a pbkdf2 hash (or a legacy plain entry)."""
+    if stored == NO_PASSWORD:
+        return False
     if stored.startswith(PBKDF2 + "$"):
         try:
             _, iterations, salt, expected = stored.split("$")
@@ -68,12 +78,12 @@ def password_matches(stored: str, given: str) -> bool:
 @dataclass(frozen=True, slots=True)
 class User:
     name: str
-    password_hash: str  # pbkdf2 form; plain text only for legacy lines
+    password_hash: str  # pbkdf2 form; NO_PASSWORD for SCRAM only; plain text for legacy lines
     scram: Mapping[str, ScramCredential] = field(default_factory=dict)
 
     @property
     def legacy_plaintext(self) -> bool:
-        return not self.password_hash.startswith(PBKDF2 + "$")
+        return self.password_hash != NO_PASSWORD and not self.password_hash.startswith(PBKDF2 + "$")
 
     def line(self) -> str:
         parts = [self.password_hash]
@@ -99,7 +109,7 @@ def parse_line(number: int, line: str) -> User:
     name, sep, rest = line.partition(":")
     if not sep or not name:
         raise UsersFileError(f"line {number}: expected user:password-hash")
-    if not rest.startswith(PBKDF2 + "$"):
+    if not rest.startswith(PBKDF2 + "$") and not _scram_only(rest):
         # Legacy plain-text line: the whole rest is the password.
         return User(name, rest, {m: make_credential(m, rest) for m in SCRAM_MECHANISMS})
     fields = rest.split()
@@ -113,6 +123,10 @@ def parse_line(number: int, line: str) -> User:
         except ValueError:
             raise UsersFileError(f"line {number}: malformed {mech} credential") from None
     return User(name, fields[0], scram)
+
+
+def _scram_only(rest: str) -> bool:
+    return rest == NO_PASSWORD or rest.startswith(NO_PASSWORD + " SCRAM-")
 
 
 def parse_users(text: str) -> dict[str, User]:

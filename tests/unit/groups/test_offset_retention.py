@@ -131,7 +131,9 @@ def test_only_what_is_still_as_decided_is_removed() -> None:
     # t-1 was committed again after the decision; t-2 is gone already.
     assert stale_offset_keys(expiry, meta.get) == [offset_key("g", "t", 0)]
     assert droppable_record(expiry, meta.get) == b"groups/state/g"
-    assert droppable_record(Expiry("g", (), True, 5), meta.get) is None
+    # A newer record stays; an older one goes (DeleteGroups decides on the newest generation).
+    assert droppable_record(Expiry("g", (), True, 3), meta.get) is None
+    assert droppable_record(Expiry("g", (), True, 5), meta.get) == b"groups/state/g"
     assert droppable_record(Expiry("g", (), False, None), meta.get) is None
 
 

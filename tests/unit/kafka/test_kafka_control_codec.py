@@ -282,7 +282,7 @@ def test_flexible_response_gets_header_v1() -> None:
 
 
 def test_unadvertised_versions_rejected() -> None:
-    req = metadata_request(9)
+    req = metadata_request(13)
     frame = kp_frame(req)
     with pytest.raises(UnsupportedVersion):
         decode_request(parse_request_header(frame), frame)
@@ -291,7 +291,7 @@ def test_unadvertised_versions_rejected() -> None:
     with pytest.raises(UnsupportedVersion):
         decode_request(hdr(99, 0), memoryview(b""))
     # A caller-provided table widens what is accepted.
-    assert same(decode_request(parse_request_header(frame), frame, {3: (0, 12)}), req)
+    assert same(decode_request(parse_request_header(frame), frame, {3: (0, 13)}), req)
 
 
 def test_garbage_body_is_malformed() -> None:

@@ -56,9 +56,13 @@ def test_kafka_error_carries_code() -> None:
 
 def test_advertised_set_is_the_recommended_one() -> None:
     assert ADVERTISED == {
-        0: (0, 8), 1: (4, 11), 2: (1, 5), 3: (0, 8), 8: (2, 7), 9: (1, 5), 10: (0, 2),
+        0: (0, 8), 1: (4, 11), 2: (1, 5), 3: (0, 12), 8: (2, 7), 9: (1, 5), 10: (0, 2),
         11: (0, 5), 12: (0, 3), 13: (0, 3), 14: (0, 3), 15: (0, 4), 16: (0, 2),
-        18: (0, 4), 19: (2, 4), 20: (1, 3), 22: (0, 1), 32: (1, 3), 37: (0, 1),
+        18: (0, 4), 19: (2, 7), 20: (1, 6), 22: (0, 1), 32: (1, 3), 37: (0, 1),
+        33: (0, 1), 35: (0, 1), 44: (0, 1), 60: (0, 1),
+        21: (0, 1), 23: (2, 3),
+        29: (1, 3), 30: (1, 3), 31: (1, 3), 50: (0, 0), 51: (0, 0),
+        42: (0, 1), 43: (0, 1), 47: (0, 0),
     }  # fmt: skip
     assert set(ADVERTISED) <= {int(k) for k in ApiKey}
     assert advertised(sasl=True) == {**ADVERTISED, 17: (0, 1), 36: (0, 1)}
@@ -75,8 +79,15 @@ def test_every_advertised_version_is_known_to_the_library(key: int) -> None:
 def test_advertised_versions_are_not_flexible_except_api_versions() -> None:
     from vdl.net.kafka.header import is_flexible
 
+    # Besides ApiVersions, the topic-id APIs (KIP-516) go into their flexible versions.
+    topic_ids = {ApiKey.METADATA, ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS}
+    # IncrementalAlterConfigs v1 is flexible; DescribeCluster has only flexible versions.
+    topic_ids |= {ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.DESCRIBE_CLUSTER}
+    # The ACL APIs go to v3 (flexible from v2); the SCRAM credential APIs are flexible-only.
+    topic_ids |= {ApiKey.DESCRIBE_ACLS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS}
+    topic_ids |= {ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS}
     for key, (_low, high) in ADVERTISED.items():
-        if key == ApiKey.API_VERSIONS:
+        if key == ApiKey.API_VERSIONS or key in topic_ids:
             continue
         assert not is_flexible(key, high), key
 

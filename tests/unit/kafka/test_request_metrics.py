@@ -261,7 +261,7 @@ async def test_requests_errors_times_and_bytes_of_a_connection() -> None:
         api_versions=("kafka_requests", {"api": "ApiVersions"}),
         produce=("kafka_requests", {"api": "Produce"}),
         fetch=("kafka_requests", {"api": "Fetch"}),
-        describe_cluster=("kafka_requests", {"api": "DescribeCluster"}),
+        describe_cluster=("kafka_requests", {"api": "UpdateFeatures"}),
         produce_unknown=(
             "kafka_request_errors",
             {"api": "Produce", "code": "UNKNOWN_TOPIC_OR_PARTITION"},
@@ -272,7 +272,7 @@ async def test_requests_errors_times_and_bytes_of_a_connection() -> None:
         ),
         unsupported=(
             "kafka_request_errors",
-            {"api": "DescribeCluster", "code": "UNSUPPORTED_VERSION"},
+            {"api": "UpdateFeatures", "code": "UNSUPPORTED_VERSION"},
         ),
         api_versions_timed=("kafka_request_seconds", {"api": "ApiVersions"}),
         produce_timed=("kafka_request_seconds", {"api": "Produce"}),
@@ -284,8 +284,8 @@ async def test_requests_errors_times_and_bytes_of_a_connection() -> None:
     broker = cast(Broker, FakeBroker())
     connection = KafkaConnection(server_side, "127.0.0.1:1", broker, NODE, 1 << 20)
     requests = api_versions(1) + produce(2, "nope") + fetch(3, "nope")
-    # DescribeCluster v0, which VDL does not serve: the connection is closed.
-    unsupported = framed(struct.pack(">hhih", 60, 0, 4, -1) + b"\x00")
+    # UpdateFeatures v0, which VDL does not serve: the connection is closed.
+    unsupported = framed(struct.pack(">hhih", 57, 0, 4, -1) + b"\x00")
     async with trio.open_nursery() as nursery:
         nursery.start_soon(connection.serve)
         await client.send_all(requests)
@@ -309,7 +309,7 @@ async def test_requests_errors_times_and_bytes_of_a_connection() -> None:
     }
     # Never answered, so never timed: no empty histogram for it.
     timed_apis = {h.labels.get("api") for h in STAGES.histograms()}
-    assert "DescribeCluster" not in timed_apis and "Produce" in timed_apis
+    assert "UpdateFeatures" not in timed_apis and "Produce" in timed_apis
 
 
 async def test_malformed_header_counts_as_an_invalid_request() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from rocksdict import Rdict, WriteBatch
@@ -22,6 +23,7 @@ from vdl.backends.api import (
     CorruptionError,
     Entry,
     EntryType,
+    LogRetention,
     LogStoreOptions,
     SnapshotStaging,
     StorageError,
@@ -298,7 +300,11 @@ class RocksLogStore:
             self._floor_offset, self._size = first_offset, 0
             self._reload_offsets(db)
 
-    def apply_retention(self, now_ms: int, keep_from: int | None = None) -> int:
+    def apply_retention(
+        self, now_ms: int, keep_from: int | None = None, drop_before: int | None = None
+    ) -> int:
+        # No segment files: entries below a DeleteRecords log start (`drop_before`) stay
+        # until the limits below remove them; readers never see them (the stream's start).
         retention = self._options.retention
         if retention.max_bytes is None and retention.max_age_ms is None:
             return 0
@@ -352,6 +358,9 @@ class RocksLogStore:
 
     def size_bytes(self) -> int:
         return self._size
+
+    def set_retention(self, retention: LogRetention) -> None:
+        self._options = replace(self._options, retention=retention)
 
     def segment_count(self) -> int:
         return 0  # entries live in RocksDB's own files

@@ -145,6 +145,14 @@ def _remove_files(directory: Path, stems: list[tuple[int, int]]) -> None:
             (directory / (stem_of(first, start) + suffix)).unlink(missing_ok=True)
 
 
+def recover_segment(
+    directory: Path, first: int, start: int, next_first: int | None
+) -> tuple[Segment, bool]:
+    """Open the segment of stem (`first`, `start`), checking what its index files do not
+    prove; whether it is complete (it holds every entry before `next_first`)."""
+    return _recover_segment(directory, first, start, next_first)
+
+
 def _recover_segment(
     directory: Path, first: int, start: int, next_first: int | None
 ) -> tuple[Segment, bool]:

@@ -49,6 +49,10 @@ class SegmentList:
         self._firsts.append(segment.first_index)
         self._starts.append(segment.start_offset)
 
+    def replace(self, number: int, segment: Segment) -> None:
+        """Put `segment` (the same first index and start offset) in place of segment `number`."""
+        self._segments[number] = segment
+
     def pop_last(self) -> Segment:
         self._firsts.pop()
         self._starts.pop()

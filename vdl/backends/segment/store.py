@@ -36,6 +36,10 @@ install and close break such holds rather than wait for them. A follower receive
 into `stage_snapshot` (`staging.py`, run in a worker thread) and `install_snapshot` swaps
 it in for the whole log by renames (`log_swap.py`), then loads it as `open` does.
 
+Log compaction: `hold_for_cleaning` holds closed, committed segments as a snapshot does;
+`cleaning.py` writes cleaned copies in a worker thread and `replace_segment` swaps each in
+by renames, if the segment is still held and not being sent.
+
 Threads: everything runs on the owning thread except `sync()`, whose shared state (the
 write queue among it) is confined to `SyncTracker` (`durability.py`), and the spare's
 preparation, confined to `SpareFile`.
@@ -45,6 +49,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from vdl.backends.api import (
@@ -53,19 +58,21 @@ from vdl.backends.api import (
     CorruptionError,
     Entry,
     EntryType,
+    LogRetention,
     LogStoreOptions,
     SegmentFile,
     SnapshotStaging,
     StorageError,
     batch_offsets,
 )
-from vdl.backends.segment import log_swap
+from vdl.backends.segment import log_index, log_swap, raft_index
+from vdl.backends.segment.cleaning import StagedSegment
 from vdl.backends.segment.durability import PendingWrite, SyncTracker
 from vdl.backends.segment.entry_codec import HEADER, HEADER_SIZE, encode_header, entry_is_intact
 from vdl.backends.segment.log_index import BatchRecord
 from vdl.backends.segment.preallocate import SpareFile, prepare_spare
 from vdl.backends.segment.recent_cache import RecentCache
-from vdl.backends.segment.recovery import open_segments
+from vdl.backends.segment.recovery import open_segments, recover_segment
 from vdl.backends.segment.segment import MAX_SEGMENT_BYTES, Segment
 from vdl.backends.segment.segment_list import SegmentList
 from vdl.backends.segment.staging import SegmentStaging
@@ -482,10 +489,12 @@ class SegmentLogStore:
         self._recompute_offsets()
         self._maybe_prepare_spare()
 
-    def apply_retention(self, now_ms: int, keep_from: int | None = None) -> int:
+    def apply_retention(
+        self, now_ms: int, keep_from: int | None = None, drop_before: int | None = None
+    ) -> int:
         self._live()
         retention = self._options.retention
-        if retention.max_bytes is None and retention.max_age_ms is None:
+        if retention.max_bytes is None and retention.max_age_ms is None and drop_before is None:
             return 0
         deadline = None if retention.max_age_ms is None else now_ms - retention.max_age_ms
         removed = 0
@@ -496,7 +505,10 @@ class SegmentLogStore:
                 break  # it holds entries the replica has not applied yet
             if any(oldest in held for held in self._pins.values()):
                 break  # being sent to a follower
-            expired = retention.max_bytes is not None and self._size > retention.max_bytes
+            # Below the log start (DeleteRecords): every entry of the segment is before it.
+            expired = drop_before is not None and segments[1].first_index <= drop_before
+            if not expired:
+                expired = retention.max_bytes is not None and self._size > retention.max_bytes
             if not expired and deadline is not None:
                 newest = oldest.newest_timestamp(closed=True)
                 expired = (oldest.mtime_ms() if newest is None else newest) < deadline
@@ -538,6 +550,77 @@ class SegmentLogStore:
             if segment is None or segment in held:
                 pin.invalidate()
                 del self._pins[pin]
+
+    # -- log compaction (cleaning.py) ---------------------------------------------------
+
+    @property
+    def directory(self) -> Path:
+        return self._directory
+
+    def hold_for_cleaning(self, upto: int, newest_ms: int) -> ClosedSegments:
+        """Hold the closed, durable segments that end at or before raft index `upto` and
+        whose newest batch timestamp is at most `newest_ms`: the first ones in log order
+        only, so the part held is a prefix of the log (min.compaction.lag.ms, KIP-58)."""
+        self._live()
+        self._flush_indexes()  # seals the closed segments whose entries are all durable
+        upto = min(upto, self._tracker.durable_index)
+        held: list[Segment] = []
+        for segment in self._segments.snapshot()[:-1]:
+            newest = segment.newest_timestamp(closed=True)
+            if segment.last_index > upto or (newest is not None and newest > newest_ms):
+                break
+            if segment in self._unsealed_closed:
+                break  # index records not all written yet
+            held.append(segment)
+        files = [
+            SegmentFile(s.path.name, s.path, s.size, s.first_index, s.last_index) for s in held
+        ]
+        pin = ClosedSegments(files, self._unpin)
+        if held:
+            self._pins[pin] = held
+        return pin
+
+    def replace_segment(self, pin: ClosedSegments, staged: StagedSegment) -> bool:
+        """Swap the cleaned copy `staged` in for its segment, held by `pin`; False (nothing
+        changed) if the hold broke or the segment is being sent in a snapshot.
+
+        Crash safety: the old index files go first, then the log file is replaced by a
+        rename, then the new index files arrive, a directory sync after each step. At any
+        point the directory holds a whole log file (old or new) and no index file of the
+        other one; recovery re-indexes a closed segment without index files by reading it."""
+        self._live()
+        held = self._pins.get(pin)
+        segment = next((s for s in held or () if s.path == staged.file.path), None)
+        if pin.broken or held is None or segment is None:
+            return False
+        if any(segment in other for key, other in self._pins.items() if key is not pin):
+            return False
+        number = self._segments.number_holding_index(segment.first_index)
+        if self._segments[number] is not segment or number == len(self._segments) - 1:
+            return False
+        directory = self._directory
+        stem = segment.stem
+        segment.raft.records.delete()
+        segment.log.records.delete()
+        log_swap.fsync_directory(directory)
+        os.rename(staged.directory / staged.file.name, segment.path)
+        log_swap.fsync_directory(directory)
+        for suffix in (raft_index.SUFFIX, log_index.SUFFIX):
+            os.rename(staged.directory / (stem + suffix), directory / (stem + suffix))
+        log_swap.fsync_directory(directory)
+        new, complete = recover_segment(
+            directory, segment.first_index, segment.start_offset, segment.next_index
+        )
+        if not complete or new.last_index != segment.last_index:
+            raise CorruptionError(f"segment {stem}: its cleaned copy did not open whole")
+        new.seal_indexes()
+        self._tracker.retire(segment.fd)
+        self._segments.replace(number, new)
+        held[held.index(segment)] = new
+        self._size += new.size - segment.size
+        if self._cache.first_index <= new.last_index:
+            self._cache.drop_before(new.last_index + 1)
+        return True
 
     def stage_snapshot(self) -> SnapshotStaging:
         self._live()
@@ -583,6 +666,9 @@ class SegmentLogStore:
 
     def size_bytes(self) -> int:
         return self._size
+
+    def set_retention(self, retention: LogRetention) -> None:
+        self._options = replace(self._options, retention=retention)
 
     def segment_count(self) -> int:
         return len(self._segments)

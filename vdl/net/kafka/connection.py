@@ -314,6 +314,7 @@ class KafkaConnection:
                 sasl,
                 quotas=self._quotas,
                 fetch_max_bytes=self._fetch_max_bytes,
+                security=self._security,
             )
         try:
             if auth is not None and (handled := auth.handle(header, frame)) is not None:

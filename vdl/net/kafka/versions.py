@@ -1,8 +1,13 @@
 """The ApiVersions ranges VDL advertises (the Kafka protocol guide's API keys and versions).
 
-Every range is capped at the API's last non-flexible version: flexible
+Most ranges are capped at the API's last non-flexible version: flexible
 versions add obligations (KIP-360 epoch bumps, topic ids, batched layouts)
-without helping any of the supported clients.
+without helping any of the supported clients. Metadata, CreateTopics and
+DeleteTopics go on into their flexible versions (KIP-482) for the topic ids
+of KIP-516: by them a client sees that a topic was deleted and created again.
+IncrementalAlterConfigs v1 is flexible, and DescribeCluster has no other versions.
+The ACL APIs go up to v3 and the SCRAM credential APIs (flexible-only, KIP-554)
+are v0, as kafka-python sends them.
 """
 
 from __future__ import annotations
@@ -29,10 +34,24 @@ class ApiKey(enum.IntEnum):
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
+    OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    DESCRIBE_LOG_DIRS = 35
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
+    INCREMENTAL_ALTER_CONFIGS = 44
+    OFFSET_DELETE = 47
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
+    DESCRIBE_CLUSTER = 60
 
 
 ADVERTISED: dict[int, tuple[int, int]] = {
@@ -42,7 +61,7 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (0, 8),
     ApiKey.FETCH: (4, 11),
     ApiKey.LIST_OFFSETS: (1, 5),
-    ApiKey.METADATA: (0, 8),
+    ApiKey.METADATA: (0, 12),
     ApiKey.OFFSET_COMMIT: (2, 7),
     ApiKey.OFFSET_FETCH: (1, 5),
     ApiKey.FIND_COORDINATOR: (0, 2),
@@ -53,12 +72,33 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_GROUPS: (0, 4),
     ApiKey.LIST_GROUPS: (0, 2),
     ApiKey.API_VERSIONS: (0, 4),
-    ApiKey.CREATE_TOPICS: (2, 4),
-    ApiKey.DELETE_TOPICS: (1, 3),
+    ApiKey.CREATE_TOPICS: (2, 7),
+    ApiKey.DELETE_TOPICS: (1, 6),
+    # v0-1 (v1 only differs in throttling); v2 is flexible.
+    ApiKey.DELETE_RECORDS: (0, 1),
     ApiKey.INIT_PRODUCER_ID: (0, 1),
+    # v1-3 (Kafka 4 dropped v0); librdkafka sends v1, kafka-python up to v3.
+    ApiKey.DESCRIBE_ACLS: (1, 3),
+    ApiKey.CREATE_ACLS: (1, 3),
+    ApiKey.DELETE_ACLS: (1, 3),
+    # v2-3: v0-1 are gone from current Kafka (KIP-896) and v4 is flexible; librdkafka
+    # and the Java consumer send v2 or later.
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 3),
     ApiKey.DESCRIBE_CONFIGS: (1, 3),
+    ApiKey.ALTER_CONFIGS: (0, 1),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    # v0 and v1 differ only in throttling; v2 on are flexible.
+    ApiKey.DESCRIBE_LOG_DIRS: (0, 1),
+    # Flexible only (KIP-700): v1 adds the endpoint type; v2 (fenced brokers) is not served.
+    ApiKey.DESCRIBE_CLUSTER: (0, 1),
     # v0-1 (v1 only differs in throttling); librdkafka sends at most v1.
     ApiKey.CREATE_PARTITIONS: (0, 1),
+    # v0-1, the last non-flexible versions; kafka-python and librdkafka use them.
+    ApiKey.DELETE_GROUPS: (0, 1),
+    ApiKey.ELECT_LEADERS: (0, 1),
+    ApiKey.OFFSET_DELETE: (0, 0),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
 
 # Added to ADVERTISED only when SASL is configured (KIP-43, KIP-152).

@@ -9,6 +9,7 @@ from vdl.broker.broker import Broker
 from vdl.net.kafka.header import RequestHeader
 from vdl.net.kafka.quotas import KafkaQuotas
 from vdl.security.acl import ALLOW_ALL, Authorizer, Operation
+from vdl.security.service import Security
 
 # A handler does its order-sensitive work (e.g. appending) synchronously when called and
 # returns the rest as a coroutine factory; the connection runs those concurrently but
@@ -39,6 +40,8 @@ class RequestContext:
     sasl: bool = False  # SASL is enabled on this listener (ApiVersions lists its APIs)
     quotas: KafkaQuotas | None = None  # byte-rate quotas per client id, if configured
     fetch_max_bytes: int = FETCH_MAX_BYTES  # clamps a Fetch's max_bytes (fetch.py)
+    # The node's users and ACL stores (acls_admin.py, scram_admin.py); None: security off.
+    security: Security | None = None
 
     def may_topic(self, operation: Operation, topic: str) -> bool:
         return self.authorizer.topic(self.principal, operation, topic)

@@ -10,6 +10,7 @@ from typing import Any
 
 from kafka.protocol.admin import DescribeConfigsResponse
 
+from vdl.broker.topics import ConfigSpec
 from vdl.log.error_codes import ErrorCode
 from vdl.net.kafka.apis.context import Pending, RequestContext, ready
 from vdl.net.kafka.control_codec import decode_request, encode_response
@@ -20,14 +21,26 @@ RESOURCE_BROKER = 4
 SOURCE_TOPIC_CONFIG = 1
 SOURCE_STATIC_BROKER_CONFIG = 4
 SOURCE_DEFAULT_CONFIG = 5
+# DescribeConfigs v3 config types (KIP-569).
 TYPE_STRING = 2
 TYPE_LONG = 5
+TYPE_DOUBLE = 6
+TYPE_LIST = 7
+_LISTS = frozenset({"cleanup.policy"})
 
 _Result = DescribeConfigsResponse.DescribeConfigsResult
 _Entry = _Result.DescribeConfigsResourceResult
 
 
-def _entry(name: str, value: str, source: int, is_int: bool) -> Any:
+def _type(name: str, spec: ConfigSpec) -> int:
+    if name in _LISTS:
+        return TYPE_LIST
+    if spec.kind is int:
+        return TYPE_LONG
+    return TYPE_DOUBLE if spec.kind is float else TYPE_STRING
+
+
+def _entry(name: str, value: str, source: int, config_type: int) -> Any:
     return _Entry(
         name=name,
         value=value,
@@ -36,7 +49,7 @@ def _entry(name: str, value: str, source: int, is_int: bool) -> Any:
         is_default=source == SOURCE_DEFAULT_CONFIG,
         is_sensitive=False,
         synonyms=[],
-        config_type=TYPE_LONG if is_int else TYPE_STRING,
+        config_type=config_type,
         documentation=None,
     )
 
@@ -66,7 +79,7 @@ def handle_describe_configs(ctx: RequestContext) -> Pending:
                             name,
                             topic.configs[name] if explicit else spec.default,
                             SOURCE_TOPIC_CONFIG if explicit else SOURCE_DEFAULT_CONFIG,
-                            spec.kind is int,
+                            _type(name, spec),
                         )
                     )
         elif resource.resource_type == RESOURCE_BROKER:
@@ -80,7 +93,7 @@ def handle_describe_configs(ctx: RequestContext) -> Pending:
                     if keys is None or name in keys:
                         entries.append(
                             _entry(
-                                name, spec.default, SOURCE_STATIC_BROKER_CONFIG, spec.kind is int
+                                name, spec.default, SOURCE_STATIC_BROKER_CONFIG, _type(name, spec)
                             )
                         )
         else:

@@ -4,8 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from vdl.net.kafka.apis.acls_admin import (
+    handle_create_acls,
+    handle_delete_acls,
+    handle_describe_acls,
+)
+from vdl.net.kafka.apis.cluster_admin import handle_describe_cluster, handle_describe_log_dirs
+from vdl.net.kafka.apis.configs_admin import (
+    handle_alter_configs,
+    handle_incremental_alter_configs,
+)
 from vdl.net.kafka.apis.context import Pending, RequestContext, ready
+from vdl.net.kafka.apis.delete_records import handle_delete_records
 from vdl.net.kafka.apis.describe_configs import handle_describe_configs
+from vdl.net.kafka.apis.elect_leaders import handle_elect_leaders
 from vdl.net.kafka.apis.fetch import handle_fetch
 from vdl.net.kafka.apis.find_coordinator import handle_find_coordinator
 from vdl.net.kafka.apis.groups import (
@@ -14,12 +26,22 @@ from vdl.net.kafka.apis.groups import (
     handle_leave_group,
     handle_sync_group,
 )
-from vdl.net.kafka.apis.groups_admin import handle_describe_groups, handle_list_groups
+from vdl.net.kafka.apis.groups_admin import (
+    handle_delete_groups,
+    handle_describe_groups,
+    handle_list_groups,
+    handle_offset_delete,
+)
 from vdl.net.kafka.apis.init_producer_id import handle_init_producer_id
+from vdl.net.kafka.apis.leader_epoch import handle_offset_for_leader_epoch
 from vdl.net.kafka.apis.list_offsets import handle_list_offsets
 from vdl.net.kafka.apis.metadata import handle_metadata
 from vdl.net.kafka.apis.offsets_commit import handle_offset_commit, handle_offset_fetch
 from vdl.net.kafka.apis.produce import handle_produce
+from vdl.net.kafka.apis.scram_admin import (
+    handle_alter_user_scram_credentials,
+    handle_describe_user_scram_credentials,
+)
 from vdl.net.kafka.apis.topics_admin import (
     handle_create_partitions,
     handle_create_topics,
@@ -53,6 +75,10 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.DELETE_TOPICS: handle_delete_topics,
     ApiKey.CREATE_PARTITIONS: handle_create_partitions,
     ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
+    ApiKey.ALTER_CONFIGS: handle_alter_configs,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
+    ApiKey.DESCRIBE_CLUSTER: handle_describe_cluster,
+    ApiKey.DESCRIBE_LOG_DIRS: handle_describe_log_dirs,
     ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,
     ApiKey.FIND_COORDINATOR: handle_find_coordinator,
     ApiKey.JOIN_GROUP: handle_join_group,
@@ -63,6 +89,16 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.OFFSET_FETCH: handle_offset_fetch,
     ApiKey.LIST_GROUPS: handle_list_groups,
     ApiKey.DESCRIBE_GROUPS: handle_describe_groups,
+    ApiKey.DESCRIBE_ACLS: handle_describe_acls,
+    ApiKey.CREATE_ACLS: handle_create_acls,
+    ApiKey.DELETE_ACLS: handle_delete_acls,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: handle_describe_user_scram_credentials,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: handle_alter_user_scram_credentials,
+    ApiKey.DELETE_RECORDS: handle_delete_records,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
+    ApiKey.DELETE_GROUPS: handle_delete_groups,
+    ApiKey.OFFSET_DELETE: handle_offset_delete,
+    ApiKey.ELECT_LEADERS: handle_elect_leaders,
 }
 
 

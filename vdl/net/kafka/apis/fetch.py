@@ -31,6 +31,7 @@ from vdl.log.error_codes import ErrorCode
 from vdl.log.record_batch import parse_batch_header
 from vdl.log.stream import LogStream
 from vdl.net.kafka.apis.context import Pending, RequestContext, Response
+from vdl.net.kafka.apis.leader_epoch import check_leader_epoch
 from vdl.net.kafka.fetch_codec import (
     FetchPartitionResult,
     FetchRequest,
@@ -97,6 +98,8 @@ async def _collect(
                 continue
             try:
                 stream = ctx.broker.leader_stream(topic.name, part.partition)
+                # v9+ (KIP-320): a client with stale metadata is fenced (-1 skips).
+                check_leader_epoch(stream, part.current_leader_epoch)
             except TopicError as exc:
                 errors = True
                 results.append(FetchPartitionResult(part.partition, int(exc.error), -1, -1, -1))

@@ -1,6 +1,16 @@
-"""FindCoordinator: one node coordinates every group (on a cluster, group 0's leader)."""
+"""FindCoordinator: one node coordinates every group (on a cluster, group 0's leader).
+
+Transactions are not served. A transactional id (key type 1) is answered with
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED and the message "transactions are not supported by
+this server": of the answers a broker may give, only an authorization failure is fatal to
+librdkafka's transaction manager (it retries every other error until init_transactions()
+times out), and kafka-python and aiokafka raise it at once too. The answer is true as far
+as it goes: no principal may use a transactional id here.
+"""
 
 from __future__ import annotations
+
+import logging
 
 from kafka.protocol.metadata.find_coordinator import FindCoordinatorResponse
 
@@ -10,7 +20,25 @@ from vdl.net.kafka.apis.context import Pending, RequestContext, ready
 from vdl.net.kafka.control_codec import decode_request, encode_response
 from vdl.security.acl import Operation
 
-_GROUP_KEY = 0  # key_type 1 is a transactional id; transactions are not served
+log = logging.getLogger(__name__)
+
+_GROUP_KEY = 0
+_TRANSACTION_KEY = 1
+TRANSACTIONS_UNSUPPORTED = "transactions are not supported by this server"
+
+
+def _unserved_key(ctx: RequestContext, key_type: int, key: str) -> tuple[ErrorCode, str]:
+    """The error for a coordinator this node does not provide, logged once per request."""
+    if key_type == _TRANSACTION_KEY:
+        log.info(
+            "FindCoordinator from %s for transactional id %r: %s",
+            ctx.header.client_id,
+            key,
+            TRANSACTIONS_UNSUPPORTED,
+        )
+        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_UNSUPPORTED
+    log.info("FindCoordinator from %s: key type %d is not served", ctx.header.client_id, key_type)
+    return ErrorCode.INVALID_REQUEST, f"key type {key_type} is not supported"
 
 
 def _coordinator(ctx: RequestContext) -> BrokerAddress | None:
@@ -52,8 +80,7 @@ def handle_find_coordinator(ctx: RequestContext) -> Pending:
         if key_type == _GROUP_KEY:
             error, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "no group coordinator now"
         else:
-            # Not retriable, so a transactional producer fails fast instead of looping.
-            error, message = ErrorCode.INVALID_REQUEST, f"key type {key_type} is not supported"
+            error, message = _unserved_key(ctx, key_type, request.key)
         response = FindCoordinatorResponse(
             throttle_time_ms=0,
             error_code=int(error),

@@ -1,15 +1,26 @@
-"""ListGroups and DescribeGroups, for admin tools."""
+"""ListGroups, DescribeGroups, DeleteGroups and OffsetDelete, for admin tools.
+
+DeleteGroups and OffsetDelete (KIP-496) go to the group's coordinator, found with
+FindCoordinator as for every group request; another node answers NOT_COORDINATOR. On a
+cluster the deletion is a metadata-group command, so every node forgets what it deletes.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from kafka.protocol.admin.groups import DescribeGroupsResponse, ListGroupsResponse
+from kafka.protocol.admin.groups import (
+    DeleteGroupsResponse,
+    DescribeGroupsResponse,
+    ListGroupsResponse,
+)
+from kafka.protocol.consumer.group import OffsetDeleteResponse
 
 from vdl.groups.group import Group, GroupState
+from vdl.groups.offsets import TopicPartition
 from vdl.log.error_codes import ErrorCode
-from vdl.net.kafka.apis.context import Pending, RequestContext, ready
-from vdl.net.kafka.apis.groups import group_service
+from vdl.net.kafka.apis.context import Pending, RequestContext, Response, ready
+from vdl.net.kafka.apis.groups import group_service, serving, unavailable
 from vdl.net.kafka.control_codec import decode_request, encode_response
 from vdl.security.acl import Operation
 
@@ -97,3 +108,97 @@ def handle_describe_groups(ctx: RequestContext) -> Pending:
             described.append(_describe(groups.group(group_id), group_id))
     response = DescribeGroupsResponse(throttle_time_ms=0, groups=described, version=ctx.version)
     return ready(encode_response(ctx.header, response))
+
+
+def handle_delete_groups(ctx: RequestContext) -> Pending:
+    request = decode_request(ctx.header, ctx.frame)
+    groups = serving(ctx)
+    names: list[str] = list(request.groups_names)
+    errors: dict[str, ErrorCode] = {}
+    for name in names:
+        if name in errors:
+            continue  # a repeated name is answered as its first occurrence
+        if not ctx.may_group(Operation.DELETE, name):
+            errors[name] = ErrorCode.GROUP_AUTHORIZATION_FAILED
+        elif groups is None:
+            errors[name] = unavailable(ctx)
+
+    async def delete() -> Response:
+        for name in names:
+            if name not in errors and groups is not None:
+                errors[name] = await groups.delete_group(name)
+        response = DeleteGroupsResponse(
+            throttle_time_ms=0,
+            results=[
+                DeleteGroupsResponse.DeletableGroupResult(
+                    group_id=name, error_code=int(errors[name])
+                )
+                for name in dict.fromkeys(names)
+            ],
+            version=ctx.version,
+        )
+        return encode_response(ctx.header, response)
+
+    return delete
+
+
+_DeleteTopic = OffsetDeleteResponse.OffsetDeleteResponseTopic
+_DeletePartition = _DeleteTopic.OffsetDeleteResponsePartition
+
+
+def handle_offset_delete(ctx: RequestContext) -> Pending:
+    request = decode_request(ctx.header, ctx.frame)
+    groups = serving(ctx)
+    group_id: str = request.group_id
+    top_error = ErrorCode.NONE
+    if not ctx.may_group(Operation.DELETE, group_id):
+        top_error = ErrorCode.GROUP_AUTHORIZATION_FAILED
+    elif groups is None:
+        top_error = unavailable(ctx)
+    errors: dict[TopicPartition, ErrorCode] = {}
+    wanted: list[TopicPartition] = []
+    for topic in request.topics:
+        readable = ctx.may_topic(Operation.READ, topic.name)
+        known = ctx.broker.catalog.get(topic.name)
+        for p in topic.partitions:
+            tp = (topic.name, p.partition_index)
+            if not readable:
+                errors[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif known is None or not 0 <= p.partition_index < known.partitions:
+                errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                wanted.append(tp)
+
+    def encode(error: ErrorCode) -> bytes:
+        response = OffsetDeleteResponse(
+            error_code=int(error),
+            throttle_time_ms=0,
+            topics=[]
+            if error != ErrorCode.NONE
+            else [
+                _DeleteTopic(
+                    name=topic.name,
+                    partitions=[
+                        _DeletePartition(
+                            partition_index=p.partition_index,
+                            error_code=int(errors[(topic.name, p.partition_index)]),
+                        )
+                        for p in topic.partitions
+                    ],
+                )
+                for topic in request.topics
+            ],
+            version=ctx.version,
+        )
+        return encode_response(ctx.header, response)
+
+    if top_error != ErrorCode.NONE or groups is None:
+        return ready(encode(top_error if top_error != ErrorCode.NONE else _UNAVAILABLE))
+    service = groups
+
+    async def delete() -> Response:
+        group_error, deleted = await service.delete_offsets(group_id, wanted)
+        errors.update(deleted)
+        return encode(group_error)
+
+    return delete

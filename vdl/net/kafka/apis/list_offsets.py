@@ -19,6 +19,7 @@ from vdl.broker.topics import TopicError
 from vdl.log.error_codes import ErrorCode
 from vdl.log.timestamp_index import NO_TIMESTAMP, first_record_at
 from vdl.net.kafka.apis.context import Pending, RequestContext, Response
+from vdl.net.kafka.apis.leader_epoch import check_leader_epoch
 from vdl.net.kafka.control_codec import decode_request, encode_response
 from vdl.security.acl import Operation
 
@@ -91,6 +92,8 @@ def _lookup(ctx: RequestContext, topic: str, part: Any) -> _Answer:
         if not ctx.may_topic(Operation.DESCRIBE, topic):
             raise TopicError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, topic)
         stream = ctx.broker.leader_stream(topic, part.partition_index)
+        # v4+ (KIP-320): a client with stale metadata is fenced (-1 skips).
+        check_leader_epoch(stream, int(part.current_leader_epoch))
     except TopicError as exc:
         return _Answer(error=int(exc.error))
     if part.timestamp == LATEST:

@@ -14,6 +14,7 @@ import trio
 
 from vdl.broker.broker import Broker
 from vdl.broker.topics import Topic, TopicError
+from vdl.log.compaction import check_record_keys, is_compacted
 from vdl.log.error_codes import ErrorCode
 from vdl.log.record_batch import InvalidBatch, check_record_timestamps, validate_produced_batch
 from vdl.log.stream import Appended, LogStream, StreamError
@@ -87,6 +88,8 @@ def _append_one(ctx: RequestContext, slot: _Slot, records: memoryview | None, ve
             max_batch_bytes=int(broker.topic_config(topic, "max.message.bytes")),
             allow_zstd=version >= ZSTD_MIN_PRODUCE_VERSION,
         )
+        if is_compacted(broker.topic_config(topic, "cleanup.policy")):
+            check_record_keys(records)
         bounds = _timestamp_bounds(broker, topic)
         if bounds is not None:
             # Reads every record (decompressing if need be), so only the topics that set

@@ -10,6 +10,8 @@ the change to commit, up to `COMMAND_TIMEOUT_S`, so the answer says whether it w
 
 from __future__ import annotations
 
+import logging
+import uuid
 from typing import Any
 
 import trio
@@ -20,14 +22,22 @@ from kafka.protocol.admin import (
 )
 
 from vdl.broker.cluster_view import COMMAND_TIMEOUT_S
-from vdl.broker.topics import TopicError
+from vdl.broker.topics import Topic, TopicError
+from vdl.cluster.placement import check_assignment, default_replication_factor
 from vdl.log.error_codes import ErrorCode
 from vdl.net.kafka.apis.context import Pending, RequestContext, Response, ready
+from vdl.net.kafka.apis.describe_configs import SOURCE_DEFAULT_CONFIG, SOURCE_TOPIC_CONFIG
 from vdl.net.kafka.control_codec import decode_request, encode_response
 from vdl.security.acl import Operation
 
+log = logging.getLogger(__name__)
+
 # Replicas a topic can have while this node is the whole cluster.
 AVAILABLE_REPLICAS = 1
+# CreateTopics answers with the topic's configs from v5 (KIP-525); DeleteTopics takes
+# topic ids from v6 (KIP-516).
+_CONFIGS_VERSION = 5
+_DELETE_BY_ID_VERSION = 6
 
 
 class _Deadline:
@@ -50,6 +60,65 @@ def _check_create(ctx: RequestContext, name: str) -> None:
         raise TopicError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"may not create {name!r}")
 
 
+def _assignments(topic: Any) -> list[tuple[int, list[int]]] | None:
+    """A CreatableTopic's manual replica assignment, None if it has none. As Kafka
+    requires, num_partitions and replication_factor are then -1 (INVALID_REQUEST)."""
+    if not topic.assignments:
+        return None
+    if topic.num_partitions != -1 or topic.replication_factor != -1:
+        raise TopicError(
+            ErrorCode.INVALID_REQUEST,
+            "both num_partitions or replication_factor and a manual assignment were set; "
+            "give either, not both",
+        )
+    return [(int(a.partition_index), [int(n) for n in a.broker_ids]) for a in topic.assignments]
+
+
+def _result(
+    ctx: RequestContext,
+    name: str,
+    error: int,
+    message: str | None,
+    created: Topic | None,
+    replication: int,
+) -> Any:
+    """One CreatableTopicResult: from v5 with the topic's configs (KIP-525), from v7 with
+    its id (KIP-516)."""
+    _Result = CreateTopicsResponse.CreatableTopicResult
+    if created is None:
+        return _Result(
+            name=name,
+            error_code=error,
+            error_message=message,
+            num_partitions=-1,
+            replication_factor=-1,
+            configs=None,
+        )
+    configs = None
+    if ctx.version >= _CONFIGS_VERSION:
+        configs = []
+        for key, spec in ctx.broker.config_specs.items():
+            explicit = key in created.configs
+            configs.append(
+                _Result.CreatableTopicConfigs(
+                    name=key,
+                    value=created.configs[key] if explicit else spec.default,
+                    read_only=False,
+                    config_source=SOURCE_TOPIC_CONFIG if explicit else SOURCE_DEFAULT_CONFIG,
+                    is_sensitive=False,
+                )
+            )
+    return _Result(
+        name=name,
+        topic_id=created.topic_id,
+        error_code=0,
+        error_message=None,
+        num_partitions=created.partitions,
+        replication_factor=replication,
+        configs=configs,
+    )
+
+
 def handle_create_topics(ctx: RequestContext) -> Pending:
     request = decode_request(ctx.header, ctx.frame)
     broker = ctx.broker
@@ -59,37 +128,30 @@ def handle_create_topics(ctx: RequestContext) -> Pending:
     for topic in request.topics:
         error: int = 0
         message: str | None = None
+        created = None
         partitions = topic.num_partitions
         if partitions == -1:
             partitions = broker.default_partitions
         try:
             _check_create(ctx, topic.name)
-            if topic.assignments:
-                raise TopicError(
-                    ErrorCode.INVALID_REQUEST, "manual replica assignment is not supported"
-                )
-            if topic.replication_factor not in (-1, *range(1, AVAILABLE_REPLICAS + 1)):
+            assignments = _assignments(topic)
+            if assignments is not None:
+                # This node is the only broker: each partition on it alone.
+                partitions = len(check_assignment(assignments, (ctx.node.node_id,)))
+            elif topic.replication_factor not in (-1, *range(1, AVAILABLE_REPLICAS + 1)):
                 raise TopicError(
                     ErrorCode.INVALID_REPLICATION_FACTOR,
                     f"replication factor {topic.replication_factor} is larger than the "
                     f"{AVAILABLE_REPLICAS} available node(s)",
                 )
             configs = {c.name: c.value for c in topic.configs if c.value is not None}
-            broker.create_topic(
+            created = broker.create_topic(
                 topic.name, partitions, configs, validate_only=bool(request.validate_only)
             )
         except TopicError as exc:
             error, message = int(exc.error), str(exc)
-        results.append(
-            CreateTopicsResponse.CreatableTopicResult(
-                name=topic.name,
-                error_code=error,
-                error_message=message,
-                num_partitions=partitions if error == 0 else -1,
-                replication_factor=1 if error == 0 else -1,
-                configs=None,
-            )
-        )
+            log.info("CreateTopics %s refused: %s", topic.name, message)
+        results.append(_result(ctx, topic.name, error, message, created, 1))
     response = CreateTopicsResponse(throttle_time_ms=0, topics=results, version=ctx.version)
     return ready(encode_response(ctx.header, response))
 
@@ -103,58 +165,80 @@ def _create_on_cluster(ctx: RequestContext, request: Any) -> Pending:
         deadline = _Deadline(request.timeout_ms)
         results = []
         for topic in request.topics:
-            error, message = 0, None
+            error, message, created = 0, None, None
             partitions = topic.num_partitions
             if partitions == -1:
                 partitions = ctx.broker.default_partitions
             replication = topic.replication_factor
             try:
                 _check_create(ctx, topic.name)
-                if topic.assignments:
-                    raise TopicError(
-                        ErrorCode.INVALID_REQUEST, "manual replica assignment is not supported"
-                    )
+                assignments = _assignments(topic)
+                if assignments is not None:
+                    replication = len(assignments[0][1])
                 configs = {c.name: c.value for c in topic.configs if c.value is not None}
-                await cluster.create_topic(
+                created = await cluster.create_topic(
                     topic.name,
                     partitions,
                     replication,
                     configs,
                     validate_only=bool(request.validate_only),
                     timeout_s=deadline.left_s(),
+                    assignments=assignments,
                 )
                 if replication == -1:
-                    replication = min(3, cluster.node_count)
+                    replication = default_replication_factor(cluster.node_count)
             except TopicError as exc:
                 error, message = int(exc.error), str(exc)
-            results.append(
-                CreateTopicsResponse.CreatableTopicResult(
-                    name=topic.name,
-                    error_code=error,
-                    error_message=message,
-                    num_partitions=partitions if error == 0 else -1,
-                    replication_factor=replication if error == 0 else -1,
-                    configs=None,
-                )
-            )
+                log.info("CreateTopics %s refused: %s", topic.name, message)
+            results.append(_result(ctx, topic.name, error, message, created, replication))
         response = CreateTopicsResponse(throttle_time_ms=0, topics=results, version=ctx.version)
         return encode_response(header, response)
 
     return finish
 
 
+def _deletions(ctx: RequestContext, request: Any) -> list[tuple[str | None, uuid.UUID | None]]:
+    """(name, id) of each topic to delete: by name before v6, by name or id from v6
+    (KIP-516)."""
+    if ctx.version < _DELETE_BY_ID_VERSION:
+        return [(name, None) for name in request.topic_names or []]
+    wanted: list[tuple[str | None, uuid.UUID | None]] = []
+    for state in request.topics or []:
+        topic_id = state.topic_id
+        if topic_id is not None and topic_id.int == 0:
+            topic_id = None
+        wanted.append((state.name, topic_id))
+    return wanted
+
+
+def _named(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None) -> str:
+    """The name of the topic to delete. Kafka's answers: INVALID_REQUEST for both or
+    neither of name and id, UNKNOWN_TOPIC_ID for an id no topic has."""
+    if (name is None) == (topic_id is None):
+        raise TopicError(
+            ErrorCode.INVALID_REQUEST, "give exactly one of a topic name and a topic id"
+        )
+    if name is not None:
+        return name
+    topic = next((t for t in ctx.broker.catalog.all() if t.topic_id == topic_id), None)
+    if topic is None:
+        raise TopicError(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has the id {topic_id}")
+    return topic.name
+
+
 def handle_delete_topics(ctx: RequestContext) -> Pending:
     request = decode_request(ctx.header, ctx.frame)
     header = ctx.header
-    names = list(request.topic_names or [])
+    wanted = _deletions(ctx, request)
     timeout_ms = int(request.timeout_ms)
 
     async def finish() -> Response:
         deadline = _Deadline(timeout_ms)
         results = []
-        for name in names:
+        for name, topic_id in wanted:
             error, message = 0, None
             try:
+                name = _named(ctx, name, topic_id)
                 if not ctx.may_topic(Operation.DELETE, name):
                     raise TopicError(
                         ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"may not delete {name!r}"
@@ -166,9 +250,10 @@ def handle_delete_topics(ctx: RequestContext) -> Pending:
                     await ctx.broker.delete_topic(name)
             except TopicError as exc:
                 error, message = int(exc.error), str(exc)
+                log.info("DeleteTopics %s refused: %s", name or topic_id, message)
             results.append(
                 DeleteTopicsResponse.DeletableTopicResult(
-                    name=name, error_code=error, error_message=message
+                    name=name, topic_id=topic_id, error_code=error, error_message=message
                 )
             )
         response = DeleteTopicsResponse(
