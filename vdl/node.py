@@ -38,6 +38,7 @@ from vdl.cluster.memory_meta import MemoryMetaStore
 from vdl.cluster.offset_commands import ReplicatedOffsets
 from vdl.cluster.token_key_commands import ReplicatedTokenKey, load_token_secret
 from vdl.cluster.user_commands import ReplicatedUsers
+from vdl.cluster.ydb_read_channel import ClusterReadChannel
 from vdl.config import ConfigError, HostPort, NodeConfig, load_config
 from vdl.consensus.peer_tls import PeerTls
 from vdl.groups.coordinator import GroupConfig
@@ -417,6 +418,9 @@ class Node:
                 token_lifetime_ms=config.token_lifetime_ms,
                 cluster=ydb_cluster,
             )
+            if cluster is not None:
+                # A consumer's YDB readers are balanced across the nodes, not per node.
+                ydb.read.balance_cluster_wide(ClusterReadChannel(cluster))
             if config.token_secret_file is not None:
                 ydb.auth.signer.adopt(load_token_secret(config.token_secret_file))
             token_key = self._token_key
@@ -438,6 +442,7 @@ class Node:
             ydb.register(grpc)
             async with trio.open_nursery() as front_ends:
                 self.kafka_port = await front_ends.start(kafka.serve)
+                front_ends.start_soon(ydb.read.run)
                 await front_ends.start(grpc.serve, config.grpc_listen.host, config.grpc_listen.port)
                 self.grpc_port = grpc.ports[0]
                 # With port 0 (tests) clients must be told the port actually bound.

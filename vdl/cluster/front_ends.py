@@ -61,6 +61,9 @@ class ClusterFrontEnds:
     def leader_of(self, topic: str, partition: int) -> int:
         return self._manager.partition_state(topic, partition).leader
 
+    def leader_location(self, topic: str, partition: int) -> tuple[int, int]:
+        return self._manager.leader_term(topic, partition)
+
     async def run(self, command: Command) -> None:
         """Apply `command` through group 0; TopicError with its outcome if it failed."""
         await self._manager.run_command(command, _COMMAND_TIMEOUT_S)

@@ -28,7 +28,7 @@ import logging
 import secrets
 import shutil
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -174,6 +174,8 @@ class ClusterManager:
         # Client-facing commands (topics, offsets, ACLs) a leader of group 0 proposes when
         # another node forwards them (see forwarding.py); others registered by their modules.
         self.forwardable: set[str] = set(TOPIC_OPS)
+        # Peer messages (by op) for a module's own use, taken on any node, leader or not.
+        self.forward_handlers: dict[str, Callable[[Command], None]] = {}
         # The initial members: group 0's first voters. A joining node is not one of them.
         initial = {
             n: a for n, a in settings.peers.items() if not (settings.join and n == settings.node_id)
@@ -341,9 +343,15 @@ class ClusterManager:
 
     def _on_forward(self, raw: bytes) -> None:
         command = _peer_command(raw)
-        if command is None or self._nursery is None or not self._driver0.is_leader:
+        if command is None:
             return
         op = command["op"]
+        handler = self.forward_handlers.get(op)
+        if handler is not None:
+            handler(command)
+            return
+        if self._nursery is None or not self._driver0.is_leader:
+            return
         if op == "register" or op in ADMIN_OPS or op in self.forwardable:
             self._nursery.start_soon(self._submit, command)
         elif op == "auto_topic":
@@ -616,6 +624,19 @@ class ClusterManager:
         else:
             isr = replicas
         return PartitionState(leader, replicas, isr)
+
+    def leader_term(self, topic: str, partition: int) -> tuple[int, int]:
+        """(leader, Raft term of its leadership) of a partition as this node knows it, or
+        (-1, 0) while no leader is known."""
+        placement = self.state.placements.get(topic)
+        if placement is None or not 0 <= partition < len(placement.replicas):
+            return -1, 0
+        hosted = self._hosted.get((topic, partition))
+        if hosted is None:
+            known = self.leaders.leader_of(placement.groups[partition], trio.current_time())
+            return (-1, 0) if known is None else (known.leader, known.term)
+        leader = hosted.driver.leader_id
+        return (leader, hosted.driver.term) if leader > 0 else (-1, 0)
 
     def request_topic(self, name: str) -> None:
         if name in self._requested or self._nursery is None:

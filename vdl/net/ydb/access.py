@@ -1,10 +1,10 @@
 """Which ACL each YDB unary call needs: the YDB half of the rules both front ends share.
 
-CreateTopic needs create (on the cluster or the topic), DescribeTopic describe, AlterTopic
-alter, DropTopic delete, DescribeConsumer describe on the topic and the consumer's group,
-CommitOffset read on both; ListDirectory lists only topics the caller may describe. The
-streams check theirs when they start (topic_write.py: write; topic_read.py: read on each
-topic and on the consumer).
+CreateTopic needs create (on the cluster or the topic), DescribeTopic and DescribePartition
+describe, AlterTopic alter, DropTopic delete, DescribeConsumer describe on the topic and the
+consumer's group, CommitOffset read on both; ListDirectory lists only topics the caller may
+describe. The streams check theirs when they start (topic_write.py: write; topic_read.py:
+read on each topic and on the consumer).
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ def _topic_and_consumer(op: Operation) -> Check:
 CHECKS: dict[str, Check] = {
     "CreateTopic": _create,
     "DescribeTopic": _topic(Operation.DESCRIBE),
+    "DescribePartition": _topic(Operation.DESCRIBE),
     "AlterTopic": _topic(Operation.ALTER),
     "DropTopic": _topic(Operation.DELETE),
     "DescribeConsumer": _topic_and_consumer(Operation.DESCRIBE),

@@ -51,6 +51,12 @@ class YdbCluster(Protocol):
         """The partition's leader as far as this node knows, or -1."""
         ...
 
+    def leader_location(self, topic: str, partition: int) -> tuple[int, int]:
+        """(leader, generation) for YDB's PartitionLocation: the generation is the Raft term
+        the leader was elected in, which grows whenever leadership changes. (-1, 0) while no
+        leader is known."""
+        ...
+
     # The methods below raise TopicError (with the metadata group's outcome) on failure.
 
     async def create_topic(self, topic: Topic) -> None: ...

@@ -171,6 +171,12 @@ class YdbFrontEnd:
                 admin.describe_topic,
             ),
             (
+                "DescribePartition",
+                topic.DescribePartitionRequest,
+                topic.DescribePartitionResponse,
+                admin.describe_partition,
+            ),
+            (
                 "DescribeConsumer",
                 topic.DescribeConsumerRequest,
                 topic.DescribeConsumerResponse,

@@ -1,9 +1,14 @@
-"""``Ydb.Topic.V1`` control plane: Create/Describe/Alter/Drop topic, DescribeConsumer,
-CommitOffset (and UpdateOffsetsInTransaction, answered UNSUPPORTED).
+"""``Ydb.Topic.V1`` control plane: Create/Describe/Alter/Drop topic, DescribePartition,
+DescribeConsumer, CommitOffset (and UpdateOffsetsInTransaction, answered UNSUPPORTED).
 
 A YDB topic is a VDL topic; its consumers and codec list are stored with it (see
 ``vdl.broker.topics``). Retention maps onto the Kafka topic settings ``retention.ms`` and
-``retention.bytes``; write-speed and metering settings are accepted and not enforced.
+``retention.bytes``. No setting is accepted and then ignored: those this server does not
+enforce (auto-partitioning, a partition count limit or maximum other than the partition
+count, write-speed limits, metering mode, metrics level, content-based deduplication, an
+important consumer, a consumer's availability period) are refused with BAD_REQUEST naming
+the setting when a request asks for anything but their default (the value the SDK sends
+when the user did not ask: unset or zero), so DescribeTopic shows what is in force.
 AlterTopic's ``set_min_active_partitions`` above the partition count adds partitions, the
 way Kafka's CreatePartitions does (one metadata command on a cluster).
 
@@ -14,6 +19,7 @@ client reached (see ``vdl.net.ydb.cluster``); statistics cover the replicas this
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -37,6 +43,71 @@ SERVED_CODECS = (CODEC_RAW, CODEC_GZIP, CODEC_ZSTD)
 _MIB = 1024 * 1024
 _AUTO_PARTITIONING_OFF = (0, 1)  # UNSPECIFIED, DISABLED
 _REPLICA_CATCH_UP_S = 2.0
+# A one-node server has no Raft term for its partitions: its leader never changes.
+_SINGLE_NODE_GENERATION = 1
+
+log = logging.getLogger(__name__)
+
+
+def _refuse(setting: str, value: object) -> YdbError:
+    """BAD_REQUEST for a setting this server does not enforce (one log line)."""
+    log.info("refused a topic setting: %s = %s", setting, value)
+    return YdbError(
+        StatusIds.BAD_REQUEST,
+        f"{setting} is not supported by this server (asked for {value}; only the default)",
+    )
+
+
+def _enum_name(enum: Any, value: int) -> str:
+    """The proto enum's name for `value`; a raw client may send numbers the enum lacks."""
+    try:
+        return str(enum.Name(value))
+    except ValueError:
+        return str(value)
+
+
+def _check_auto_partitioning(strategy: int, speed: Any, alter: bool) -> None:
+    """Auto-partitioning (ydb_topic.proto AutoPartitioningSettings): only off. Its
+    write-speed knobs only steer splitting, so they too must be left at their defaults."""
+    if strategy not in _AUTO_PARTITIONING_OFF:
+        raise _refuse(
+            "auto-partitioning", _enum_name(ydb_topic_pb2.AutoPartitioningStrategy, strategy)
+        )
+    prefix = "set_" if alter else ""
+    for field in ("stabilization_window", "up_utilization_percent", "down_utilization_percent"):
+        name = prefix + field
+        if alter and not speed.HasField(name):
+            continue
+        value = getattr(speed, name)
+        if field == "stabilization_window":
+            if value.seconds or value.nanos:
+                raise _refuse(f"auto-partitioning {field}", f"{duration_ms(value)} ms")
+        elif value:
+            raise _refuse(f"auto-partitioning {field}", value)
+
+
+def _check_partition_limits(max_active: int, count_limit: int, count: int) -> None:
+    """Without auto-partitioning the active partitions are all the partitions: a maximum or
+    a limit (0 is the default) must be the partition count itself."""
+    if max_active and max_active != count:
+        raise _refuse(f"max_active_partitions other than the partition count ({count})", max_active)
+    if count_limit and count_limit != count:
+        raise _refuse(
+            f"partition_count_limit other than the partition count ({count})", count_limit
+        )
+
+
+def _check_write_speed(speed: int | None, burst: int | None) -> None:
+    """Per-partition write-speed limits are not enforced: 0 (the default) only."""
+    if speed:
+        raise _refuse("partition_write_speed_bytes_per_second", speed)
+    if burst:
+        raise _refuse("partition_write_burst_bytes", burst)
+
+
+def _check_metering(mode: int) -> None:
+    if mode != ydb_topic_pb2.METERING_MODE_UNSPECIFIED:
+        raise _refuse("metering mode", _enum_name(ydb_topic_pb2.MeteringMode, mode))
 
 
 def duration_ms(duration: Any) -> int:
@@ -58,12 +129,20 @@ def _check_codecs(codecs: Iterable[int]) -> tuple[int, ...]:
 def _consumer_from_proto(message: Any) -> TopicConsumer:
     if not message.name:
         raise YdbError(StatusIds.BAD_REQUEST, "a consumer needs a name")
+    if message.important:
+        # Retention here deletes by age and size only, whoever has not read.
+        raise _refuse(f"important consumer ({message.name})", True)
+    if message.HasField("availability_period"):
+        raise _refuse(
+            f"consumer availability_period ({message.name})",
+            f"{duration_ms(message.availability_period)} ms",
+        )
     read_from = 0
     if message.HasField("read_from"):
         read_from = message.read_from.seconds * 1000 + message.read_from.nanos // 1_000_000
     return TopicConsumer(
         message.name,
-        message.important,
+        False,
         read_from,
         _check_codecs(message.supported_codecs.codecs),
         dict(message.attributes),
@@ -71,9 +150,10 @@ def _consumer_from_proto(message: Any) -> TopicConsumer:
 
 
 def _consumer_to_proto(consumer: TopicConsumer) -> Any:
+    # `important` is never in force (see _consumer_from_proto), whatever was stored.
     message = ydb_topic_pb2.Consumer(
         name=consumer.name,
-        important=consumer.important,
+        important=False,
         supported_codecs=ydb_topic_pb2.SupportedCodecs(codecs=list(consumer.codecs)),
         attributes=consumer.attributes,
     )
@@ -123,8 +203,20 @@ class TopicAdmin:
         name = topic_name(request.path, self._database)
         settings = request.partitioning_settings
         partitions = int(settings.min_active_partitions) or 1
-        if settings.auto_partitioning_settings.strategy not in _AUTO_PARTITIONING_OFF:
-            raise YdbError(StatusIds.BAD_REQUEST, "auto-partitioning is not supported")
+        auto = settings.auto_partitioning_settings
+        _check_auto_partitioning(int(auto.strategy), auto.partition_write_speed, alter=False)
+        _check_partition_limits(
+            int(settings.max_active_partitions), int(settings.partition_count_limit), partitions
+        )
+        _check_write_speed(
+            int(request.partition_write_speed_bytes_per_second),
+            int(request.partition_write_burst_bytes),
+        )
+        _check_metering(int(request.metering_mode))
+        if request.HasField("metrics_level"):
+            raise _refuse("metrics_level", request.metrics_level)
+        if request.content_based_deduplication:
+            raise _refuse("content_based_deduplication", True)
         configs: dict[str, str] = {}
         _retention_configs(
             configs,
@@ -174,6 +266,18 @@ class TopicAdmin:
             partition_node_id=node,
         )
 
+    def _location(self, topic: Topic, partition: int) -> Any | None:
+        """YDB's PartitionLocation: the leader's node id and a generation that grows when the
+        leader changes (the Raft term it leads in); None while no leader is known."""
+        if self._cluster is None:
+            return ydb_topic_pb2.PartitionLocation(
+                node_id=self._node_id, generation=_SINGLE_NODE_GENERATION
+            )
+        leader, term = self._cluster.leader_location(topic.name, partition)
+        if leader < 0:
+            return None
+        return ydb_topic_pb2.PartitionLocation(node_id=leader, generation=term)
+
     def _entry(self, name: str) -> Any:
         return ydb_scheme_pb2.Entry(name=name, owner="", type=ydb_scheme_pb2.Entry.TOPIC)
 
@@ -205,8 +309,31 @@ class TopicAdmin:
             if request.include_stats:
                 info.partition_stats.CopyFrom(self._partition_stats(topic, partition))
                 total += info.partition_stats.store_size_bytes
+            location = self._location(topic, partition) if request.include_location else None
+            if location is not None:
+                info.partition_location.CopyFrom(location)
         if request.include_stats:
             result.topic_stats.store_size_bytes = total
+        return result
+
+    async def describe_partition(self, request: Any, context: ServerContext) -> Any:
+        topic = self.topic(request.path)
+        partition = int(request.partition_id)
+        if not 0 <= partition < topic.partitions:
+            raise YdbError(
+                StatusIds.BAD_REQUEST,
+                f"no partition {partition} in topic {request.path!r} "
+                f"({topic.partitions} partitions)",
+            )
+        result = ydb_topic_pb2.DescribePartitionResult()
+        info = result.partition
+        info.partition_id = partition
+        info.active = True
+        if request.include_stats:
+            info.partition_stats.CopyFrom(self._partition_stats(topic, partition))
+        location = self._location(topic, partition) if request.include_location else None
+        if location is not None:
+            info.partition_location.CopyFrom(location)
         return result
 
     async def describe_consumer(self, request: Any, context: ServerContext) -> Any:
@@ -228,11 +355,15 @@ class TopicAdmin:
                 committed = self._offsets.committed(consumer.name, topic.name, partition) or 0
                 info.partition_consumer_stats.committed_offset = committed
                 info.partition_consumer_stats.last_read_offset = committed
+            location = self._location(topic, partition) if request.include_location else None
+            if location is not None:
+                info.partition_location.CopyFrom(location)
         return result
 
     async def alter_topic(self, request: Any, context: ServerContext) -> Any:
         topic = self.topic(request.path)
         count = self._partitions_wanted(topic, request.alter_partitioning_settings)
+        _check_alter_settings(request)
         configs = dict(topic.configs)
         _retention_configs(
             configs,
@@ -312,13 +443,9 @@ class TopicAdmin:
                     f"Invalid total groups count specified: {wanted} (at most {MAX_PARTITIONS})",
                 )
             count = wanted
-        if alter.HasField("set_max_active_partitions") and alter.set_max_active_partitions:
-            if int(alter.set_max_active_partitions) != count:
-                raise YdbError(
-                    StatusIds.BAD_REQUEST,
-                    f"max_active_partitions must equal the partition count ({count}): "
-                    f"auto-partitioning is not supported",
-                )
+        _check_partition_limits(
+            int(alter.set_max_active_partitions), int(alter.set_partition_count_limit), count
+        )
         return count
 
     async def drop_topic(self, request: Any, context: ServerContext) -> Any:
@@ -366,8 +493,43 @@ class TopicAdmin:
         return topic_path(topic.name, self._database)
 
 
+def _check_alter_settings(request: Any) -> None:
+    """AlterTopic's settings that are refused unless left unset or set to their default."""
+    alter = request.alter_partitioning_settings
+    if alter.HasField("alter_auto_partitioning_settings"):
+        auto = alter.alter_auto_partitioning_settings
+        strategy = int(auto.set_strategy) if auto.HasField("set_strategy") else 0
+        _check_auto_partitioning(strategy, auto.set_partition_write_speed, alter=True)
+    _check_write_speed(
+        (
+            int(request.set_partition_write_speed_bytes_per_second)
+            if request.HasField("set_partition_write_speed_bytes_per_second")
+            else None
+        ),
+        (
+            int(request.set_partition_write_burst_bytes)
+            if request.HasField("set_partition_write_burst_bytes")
+            else None
+        ),
+    )
+    _check_metering(int(request.set_metering_mode))
+    if request.HasField("set_metrics_level"):
+        raise _refuse("metrics_level", request.set_metrics_level)
+    if request.HasField("set_content_based_deduplication") and (
+        request.set_content_based_deduplication
+    ):
+        raise _refuse("content_based_deduplication", True)
+    for change in request.alter_consumers:
+        if change.HasField("set_important") and change.set_important:
+            raise _refuse(f"important consumer ({change.name})", True)
+        if change.HasField("set_availability_period"):
+            raise _refuse(
+                f"consumer availability_period ({change.name})",
+                f"{duration_ms(change.set_availability_period)} ms",
+            )
+
+
 def _alter_consumer(current: TopicConsumer, change: Any) -> TopicConsumer:
-    important = change.set_important if change.HasField("set_important") else current.important
     read_from = current.read_from_ms
     if change.HasField("set_read_from"):
         read_from = change.set_read_from.seconds * 1000 + change.set_read_from.nanos // 1_000_000
@@ -380,4 +542,4 @@ def _alter_consumer(current: TopicConsumer, change: Any) -> TopicConsumer:
             attributes[key] = value
         else:
             attributes.pop(key, None)
-    return TopicConsumer(current.name, important, read_from, codecs, attributes)
+    return TopicConsumer(current.name, False, read_from, codecs, attributes)

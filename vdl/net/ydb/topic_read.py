@@ -23,18 +23,25 @@ Batches are sent with codec RAW: stored batches are decompressed here whatever t
 codec that wrote them (``vdl.log.codecs``; in a worker thread when a read meets many
 compressed bytes), except for messages written with a custom codec, which go out with it.
 
+A partition changes hands only after its holder's client answered
+``stop_partition_session_request`` (graceful) with ``stop_partition_session_response``: the
+SDK sends that after every commit it made on the partition, and each commit is durable
+before the next client message is read, so the next holder starts after the last commit.
+A client that does not answer within ``STOP_TIMEOUT_S`` loses the partition anyway.
+
 On a cluster a session serves the partitions this node holds a replica of, from that
 replica whether it leads or follows (every replica holds the same committed records at the
-same offsets), and its commits go through the metadata group (``ConsumerOffsets``).
-Balancing is still per node: two readers of one consumer connected to different nodes
-do not know of each other and may both read a partition (at-least-once, as after a
-reconnect).
+same offsets), and its commits go through the metadata group (``ConsumerOffsets``). The
+readers of a consumer are balanced across the nodes by ``vdl.net.ydb.cluster_reads`` (one
+balancer, on the metadata group's leader), with the same interface as the per-node
+``ReadCoordinator``.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import math
 import time
 import uuid
 from collections.abc import Sequence
@@ -53,6 +60,7 @@ from vdl.log.ydb_mapping import YdbMessage, from_record
 from vdl.net.grpc import ServerContext, ServerStream
 from vdl.net.grpc.protobuf import decode
 from vdl.net.ydb.auth import Authenticator, StreamAuth
+from vdl.net.ydb.cluster_reads import ClusterReads, ReadChannel
 from vdl.net.ydb.commits import CommitTracker
 from vdl.net.ydb.offsets import ConsumerOffsets
 from vdl.net.ydb.operation import (
@@ -80,6 +88,8 @@ _MESSAGE_OVERHEAD = 32
 # Compressed bytes in one read above which its batches are decoded in a worker thread, off
 # the event loop (zlib and cramjam release the GIL); below it the hop costs more than it saves.
 _THREAD_DECODE_BYTES = 256 * 1024
+# How long a client may take to answer a graceful stop_partition_session_request.
+STOP_TIMEOUT_S = 10.0
 
 
 @dataclass(slots=True)
@@ -102,6 +112,8 @@ class _Partition:
     tracker: CommitTracker
     read_offset: int
     started: bool = False
+    # Asked to stop (graceful): no more data; released on the client's answer or then.
+    stop_deadline: float | None = None
 
 
 def batches_of(messages: list[YdbMessage]) -> list[list[YdbMessage]]:
@@ -159,8 +171,18 @@ class ReadService:
         self.auth = auth
         self.offsets = offsets
         self.stopping = stopping
-        self.coordinator = ReadCoordinator()
+        self.coordinator: ReadCoordinator | ClusterReads = ReadCoordinator()
         self.sessions: set[ReadSession] = set()
+
+    def balance_cluster_wide(self, channel: ReadChannel) -> None:
+        """On a cluster: before any session starts, balance across the nodes (`run`)."""
+        self.coordinator = ClusterReads(channel, lambda topic, p: hosted(self.broker, topic, p))
+
+    async def run(self) -> None:
+        """The cluster-wide balancer's messages, until the node stops (nothing to do on
+        one node)."""
+        if isinstance(self.coordinator, ClusterReads):
+            await self.coordinator.run(self.stopping)
 
     def topic_changed(self, name: str) -> None:
         for session in self.sessions:
@@ -346,7 +368,11 @@ class ReadSession:
         elif kind == "partition_session_status_request":
             await self._status(message.partition_session_status_request.partition_session_id)
         elif kind == "stop_partition_session_response":
-            pass  # the partition was released when the request went out
+            # Every commit the client made on it came before (and is durable): let it go.
+            response = message.stop_partition_session_response
+            part = self._partitions.get(response.partition_session_id)
+            if part is not None and part.stop_deadline is not None:
+                self._let_go(part)
         else:
             raise YdbError(StatusIds.BAD_REQUEST, f"unexpected {kind} in a read session")
 
@@ -389,6 +415,11 @@ class ReadSession:
 
     # -- to the client --------------------------------------------------------------------
 
+    def _let_go(self, part: _Partition) -> None:
+        del self._partitions[part.id]
+        self._coordinator.release(self._consumer, part.topic.name, self.id, part.partition)
+        self.wake()
+
     async def _send_loop(self) -> None:
         while True:
             event = trio.Event()
@@ -399,7 +430,13 @@ class ReadSession:
             try:
                 await self._reconcile()
                 if not await self._send_data():
-                    await event.wait()
+                    deadlines = [
+                        p.stop_deadline
+                        for p in self._partitions.values()
+                        if p.stop_deadline is not None
+                    ]
+                    with trio.move_on_at(min(deadlines, default=math.inf)):
+                        await event.wait()
             finally:
                 for stream in watched:
                     stream.unwatch(event)
@@ -425,17 +462,36 @@ class ReadSession:
             self._coordinator.grown(self._consumer, topic_read.name, current.partitions)
             targets = self._coordinator.targets(self._consumer, topic_read.name, self.id)
             held = {p.partition: p for p in self._partitions.values() if p.topic is topic_read}
+            now = trio.current_time()
             for partition, part in sorted(held.items()):
+                if part.stop_deadline is not None:
+                    if now >= part.stop_deadline:
+                        log.info(
+                            "a YDB reader did not answer stop_partition_session_request for "
+                            "%s partition %d in time: it is given up",
+                            topic_read.path,
+                            partition,
+                        )
+                        self._let_go(part)
+                    continue
                 if partition in targets:
                     continue
-                del self._partitions[part.id]
+                if not part.started:
+                    # The client never started it: nothing read, nothing to wait for.
+                    self._let_go(part)
+                    reply = FromServer(status=wire(StatusIds.SUCCESS))
+                    stop = reply.stop_partition_session_request
+                    stop.partition_session_id = part.id
+                    stop.committed_offset = part.tracker.committed
+                    await self._send(reply)
+                    continue
+                part.stop_deadline = now + STOP_TIMEOUT_S
                 reply = FromServer(status=wire(StatusIds.SUCCESS))
                 stop = reply.stop_partition_session_request
                 stop.partition_session_id = part.id
                 stop.graceful = True
                 stop.committed_offset = part.tracker.committed
                 await self._send(reply)
-                self._coordinator.release(self._consumer, topic_read.name, self.id, partition)
             for partition in sorted(targets - held.keys()):
                 if not self._hosted(topic_read.name, partition):
                     # On a cluster a node serves only partitions it holds a replica of.
@@ -446,11 +502,14 @@ class ReadSession:
                     await self._start(topic_read, partition)
 
     def _hosted(self, topic: str, partition: int) -> bool:
-        try:
-            self._broker.stream(topic, partition)
-        except TopicError:
-            return False
-        return True
+        return hosted(self._broker, topic, partition)
+
+    def _consumer_read_from(self, topic_read: _TopicRead) -> int | None:
+        if self._consumerless:
+            return None
+        topic = self._broker.catalog.get(topic_read.name)
+        consumer = None if topic is None else topic.consumer(self._consumer)
+        return consumer.read_from_ms if consumer is not None and consumer.read_from_ms else None
 
     async def _start(self, topic_read: _TopicRead, partition: int) -> None:
         stream = self._broker.stream(topic_read.name, partition)
@@ -460,9 +519,12 @@ class ReadSession:
             stored = self._offsets.committed(self._consumer, topic_read.name, partition)
         committed = min(max(stored or 0, start), end)
         read_offset = committed
-        if topic_read.read_from_ms is not None:
-            from_time = stream.offset_for_timestamp(topic_read.read_from_ms)
-            read_offset = max(read_offset, from_time if from_time is not None else end)
+        for read_from_ms in (topic_read.read_from_ms, self._consumer_read_from(topic_read)):
+            # The session's and the consumer's `read_from` (ydb_topic.proto: messages
+            # written before it are skipped): the later of the two wins.
+            if read_from_ms is not None:
+                from_time = stream.offset_for_timestamp(read_from_ms)
+                read_offset = max(read_offset, from_time if from_time is not None else end)
         part = _Partition(
             next(self._ids), topic_read, partition, stream, CommitTracker(committed), read_offset
         )
@@ -481,7 +543,7 @@ class ReadSession:
         """Send one ReadResponse if there is credit and data; True if one went out."""
         if self._credit <= 0:
             return False
-        started = [p for p in self._partitions.values() if p.started]
+        started = [p for p in self._partitions.values() if p.started and p.stop_deadline is None]
         if not started:
             return False
         self._turn = (self._turn + 1) % len(started)
@@ -493,12 +555,12 @@ class ReadSession:
         for part in order:
             if total >= budget:
                 break
-            messages, size = await self._read(part, budget - total)
+            messages, size, next_offset = await self._read(part, budget - total)
+            part.read_offset = max(part.read_offset, next_offset)
             if messages:
                 fill_partition_data(
                     response.partition_data.add(partition_session_id=part.id), messages
                 )
-                part.read_offset = messages[-1].offset + 1
                 total += size
         if total == 0:
             return False
@@ -507,7 +569,18 @@ class ReadSession:
         await self._send(reply)
         return True
 
-    async def _read(self, part: _Partition, budget: int) -> tuple[list[YdbMessage], int]:
+    async def _read(self, part: _Partition, budget: int) -> tuple[list[YdbMessage], int, int]:
+        """Messages from the partition's read offset on, their cost, and where the next read
+        starts: past batches that hold no message for a reader (control batches, and
+        batches a compacted topic's cleaning emptied) too, which are read past until a
+        message comes or the high watermark is reached."""
+        while True:
+            messages, size, next_offset = await self._read_once(part, budget)
+            if messages or next_offset <= part.read_offset:
+                return messages, size, next_offset
+            part.read_offset = next_offset
+
+    async def _read_once(self, part: _Partition, budget: int) -> tuple[list[YdbMessage], int, int]:
         stream = part.stream
         if part.read_offset < stream.log_start_offset:
             part.read_offset = stream.log_start_offset  # retention removed the rest
@@ -518,7 +591,7 @@ class ReadSession:
                 part.read_offset, recent if recent is not None else stream.high_watermark
             )
         if part.read_offset >= stream.high_watermark:
-            return [], 0
+            return [], 0, part.read_offset
         # The store is read here, on the event loop (it is single-threaded); only decoding
         # may move to a worker thread, on copies of the batches it reads.
         batches = stream.read(part.read_offset, budget)
@@ -545,24 +618,38 @@ class ReadSession:
             raise YdbError(StatusIds.INTERNAL_ERROR, f"corrupt stored batch: {exc}") from None
 
 
+def hosted(broker: Broker, topic: str, partition: int) -> bool:
+    """This node holds a replica of the partition (on one node: the partition exists)."""
+    try:
+        broker.stream(topic, partition)
+    except TopicError:
+        return False
+    return True
+
+
 def decode_messages(
     batches: Sequence[Buffer], read_offset: int, budget: int
-) -> tuple[list[YdbMessage], int]:
+) -> tuple[list[YdbMessage], int, int]:
     """The messages of ``batches`` from ``read_offset`` on, as many as ``budget`` bytes
-    allow (at least one), and what they cost in credit. Pure: it may run in a thread.
+    allow (at least one), what they cost in credit, and the offset to read from next (past
+    every batch read to its end, control and emptied ones too). Pure: it may run in a
+    thread.
 
     A batch that cannot be decoded ends the read with the messages before it; only when
     it comes first does its error reach the reader."""
     messages: list[YdbMessage] = []
     size = 0
+    next_offset = read_offset
     for batch in batches:
-        if parse_batch_header(batch).is_control:
+        header = parse_batch_header(batch)
+        if header.is_control:
+            next_offset = max(next_offset, header.next_offset)
             continue
         try:
             records = list(iter_records(batch))
         except (InvalidBatch, UnsupportedCodec):
             if messages:
-                return messages, size
+                return messages, size, next_offset
             raise
         for record in records:
             if record.offset < read_offset:
@@ -570,7 +657,9 @@ def decode_messages(
             message = from_record(record)
             cost = len(message.data) + _MESSAGE_OVERHEAD
             if messages and size + cost > budget:
-                return messages, size
+                return messages, size, next_offset
             messages.append(message)
             size += cost
-    return messages, size
+            next_offset = record.offset + 1
+        next_offset = max(next_offset, header.next_offset)
+    return messages, size, next_offset

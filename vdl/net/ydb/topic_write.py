@@ -1,11 +1,12 @@
 """``Ydb.Topic.V1/StreamWrite``: one writer session per call.
 
 A session is pinned to one partition (explicit ``partition_id``, else a stable hash of the
-message group / producer id over the partitions the topic had before any were added), so a
-producer's messages keep their order and its deduplication state lives in one place: the
-partition's :class:`YdbProducerTable`, rebuilt from the log. Per message: ``seq_no`` at or
-below the producer's last one is acked ``skipped`` (after the first copy is durable),
-anything newer is appended and acked ``written`` with its offset once committed. Acks go
+message group / producer id over the partitions the topic had before any were added, else,
+for a session with neither, one the server picks: round robin over the partitions this node
+leads), so a producer's messages keep their order and its deduplication state lives in one
+place: the partition's :class:`YdbProducerTable`, rebuilt from the log. Per message:
+``seq_no`` at or below the producer's last one is acked ``skipped`` (after the first copy is
+durable), anything newer is appended and acked ``written`` with its offset once committed. Acks go
 out one per message, in the order the messages came, from a single sender task, so they
 never interleave with other replies.
 
@@ -24,6 +25,7 @@ a bigger one ends the session with BAD_REQUEST naming the seq_no and both sizes.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import uuid
 import zlib
@@ -36,6 +38,7 @@ import trio
 from vdl.broker.broker import Broker
 from vdl.broker.topics import Topic
 from vdl.log.codecs import CodecError, PayloadTooLarge, decompress
+from vdl.log.compaction import is_compacted
 from vdl.log.record_batch import COMPRESSION_GZIP, COMPRESSION_ZSTD, parse_batch_header
 from vdl.log.stream import LogStream
 from vdl.log.ydb_mapping import (
@@ -81,6 +84,8 @@ _UNACKED_BYTES = 32 << 20
 _STOP_DRAIN_S = 5.0
 # How long a writer's init waits for a partition without a known leader (on a cluster).
 _ELECTION_WAIT_S = 0.5
+# Turns of the round robin for sessions without partition, producer id or message group.
+_UNKEYED_TURN = itertools.count()
 
 
 def choose_partition(
@@ -200,7 +205,6 @@ class WriteSession:
         self._topic: Topic | None = None
         self._log: LogStream | None = None
         self._table: YdbProducerTable | None = None
-        self._max_message_bytes = 0
         self._encoder: SessionBatchEncoder | None = None
         self._unacked = 0
         self._room = trio.Event()
@@ -256,18 +260,20 @@ class WriteSession:
         self._encoder = SessionBatchEncoder(
             self._producer_id, self._message_group_id, self._session_meta
         )
-        self._partition = choose_partition(
-            topic.partitions,
-            self._producer_id,
-            self._message_group_id,
-            explicit,
-            hashed=topic.hashed_partitions,
-        )
+        if explicit is None and not (self._producer_id or self._message_group_id):
+            self._partition = self._server_chosen(topic)
+        else:
+            self._partition = choose_partition(
+                topic.partitions,
+                self._producer_id,
+                self._message_group_id,
+                explicit,
+                hashed=topic.hashed_partitions,
+            )
         self._topic = topic
         await self._require_leader(topic.name, self._partition)
         self._log = self._broker.stream(topic.name, self._partition)
         self._table = self._log.ydb_producers()
-        self._max_message_bytes = int(self._broker.topic_config(topic, "max.message.bytes"))
         reply = FromServer(status=wire(StatusIds.SUCCESS))
         response = reply.init_response
         response.last_seq_no = self._table.last_seq_no(self._producer_id)
@@ -283,6 +289,37 @@ class WriteSession:
             self._partition,
             response.last_seq_no,
         )
+
+    def _server_chosen(self, topic: Topic) -> int:
+        """A session with no partition, producer id or message group leaves the choice to
+        the server (Ydb.Topic.StreamWriteMessage.InitRequest: without them the write is not
+        deduplicated and any partition will do): the sessions take the partitions in turn,
+        on a cluster only those this node leads, which it can serve."""
+        cluster = self._cluster
+        candidates = [
+            p
+            for p in range(topic.partitions)
+            if cluster is None or cluster.is_leader(topic.name, p)
+        ] or list(range(topic.partitions))
+        return candidates[next(_UNKEYED_TURN) % len(candidates)]
+
+    @property
+    def _max_message_bytes(self) -> int:
+        """The topic's max.message.bytes as it is now: a change applies to open sessions."""
+        topic = self._topic
+        if topic is None:
+            return 0
+        current = self._broker.catalog.get(topic.name) or topic
+        return int(self._broker.topic_config(current, "max.message.bytes"))
+
+    @property
+    def _compacted(self) -> bool:
+        """Whether the topic is compacted now (cleanup.policy): its records need a key."""
+        topic = self._topic
+        if topic is None:
+            return False
+        current = self._broker.catalog.get(topic.name) or topic
+        return is_compacted(self._broker.topic_config(current, "cleanup.policy"))
 
     async def _require_leader(self, topic: str, partition: int) -> None:
         """On a cluster only the partition's leader takes a writer (see
@@ -391,6 +428,9 @@ class WriteSession:
         producer = self._producer_id
         table = self._table
         limit = self._max_message_bytes
+        # A compacted topic keeps the latest record per key; a YDB message's key is its
+        # message_group_id, so a message without one (and no session group) is refused.
+        keyless_refused = not self._message_group_id and self._compacted
         plain = is_stored_as_written(codec)
         custom = is_custom_codec(codec)
         pending: list[PendingMessage] = []
@@ -443,6 +483,13 @@ class WriteSession:
                 message.metadata_items += codec_headers(codec, size_declared)
             if data.WhichOneof("partitioning") == "message_group_id":
                 message.message_group_id = data.message_group_id
+            if keyless_refused and not message.message_group_id:
+                raise YdbError(
+                    StatusIds.BAD_REQUEST,
+                    f"message seq_no {seq_no} has no message_group_id: topic "
+                    f"{self._topic.name!r} is compacted (cleanup.policy), and keeps the "
+                    "latest message of each message_group_id",
+                )
             pending.append(message)
             size += len(payload)
             if producer:
