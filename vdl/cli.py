@@ -1,6 +1,8 @@
 """``vdl``: the command line for topics, produce/consume and cluster status.
 
-Every command talks to one node through :mod:`vdl.client`. Exit codes: 0 success, 1 the
+Every command talks to the cluster through :mod:`vdl.client`: ``--endpoint a,b,c`` gives
+several nodes (and the nodes the cluster lists join them), and ``produce`` / ``consume``
+carry on on another node when theirs dies. Exit codes: 0 success, 1 the
 server refused or failed the request, 2 bad arguments, 3 the node cannot be reached,
 130 interrupted.
 """
@@ -23,6 +25,7 @@ from vdl.admin.client import DEFAULT_ADMIN_URL, AdminApi, AdminApiError
 from vdl.client import (
     Client,
     ClientError,
+    CommitError,
     ConnectError,
     WriterSettings,
     connect,
@@ -197,8 +200,11 @@ async def produce(client: Client, args: argparse.Namespace) -> int:
     try:
         async with client.writer(args.topic, settings) as writer:
             rest = b""
+            # read1: whatever has arrived (up to a chunk), so lines piped in slowly are
+            # sent as they come, not once a whole chunk is there.
+            read = getattr(source, "read1", source.read)
             # A worker thread per read: stdin cannot be read without blocking the loop.
-            while chunk := await trio.to_thread.run_sync(source.read, _CHUNK):
+            while chunk := await trio.to_thread.run_sync(read, _CHUNK):
                 lines = (rest + chunk).split(b"\n")
                 rest = lines.pop()
                 if lines:
@@ -224,15 +230,13 @@ async def consume(client: Client, args: argparse.Namespace) -> int:
         start_from = "committed" if consumer else "earliest"
     if start_from == "committed" and not consumer:
         raise UsageError("--from committed needs --consumer: without one nothing is committed")
-    if start_from not in ("earliest", "latest", "committed"):
-        try:
-            start_from = int(start_from)
-        except ValueError:
-            raise UsageError("--from must be earliest, latest, committed or an offset") from None
-        if start_from < 0:
-            raise UsageError("--from OFFSET must not be negative")
-    if start_from == "committed":
-        start_from = None
+    if ":" in start_from:
+        start_from = {
+            _partition_number(p): _start_of(s)
+            for p, _, s in (item.partition(":") for item in start_from.split(","))
+        }
+    else:
+        start_from = _start_of(start_from)
     if args.count is not None and args.count < 1:
         raise UsageError("--count must be at least 1")
     progress = Progress("consumed", args.quiet or args.count is None)
@@ -248,10 +252,42 @@ async def consume(client: Client, args: argparse.Namespace) -> int:
             out.write(b"".join(m.data + b"\n" for m in batch.messages))
             out.flush()
             if consumer and not args.no_commit:
-                await reader.commit(batch)
+                try:
+                    await reader.commit(batch)
+                except CommitError:
+                    # Its stream just broke: the first commit on the next one starts at
+                    # the committed offset, so it covers this batch too.
+                    pass
             progress.add(len(batch.messages))
     progress.done()
     return 0
+
+
+def _start_of(text: str) -> str | int | None:
+    """One ``--from`` value: None for the committed offset."""
+    if text == "committed":
+        return None
+    if text in ("earliest", "latest"):
+        return text
+    try:
+        offset = int(text)
+    except ValueError:
+        raise UsageError(
+            "--from must be earliest, latest, committed, an offset, or PARTITION:START,..."
+        ) from None
+    if offset < 0:
+        raise UsageError("--from OFFSET must not be negative")
+    return offset
+
+
+def _partition_number(text: str) -> int:
+    try:
+        partition = int(text)
+    except ValueError:
+        raise UsageError(f"--from: {text!r} is not a partition number") from None
+    if partition < 0:
+        raise UsageError("--from: partition numbers are not negative")
+    return partition
 
 
 # -- cluster status -------------------------------------------------------------------------
@@ -589,7 +625,8 @@ def _common_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--endpoint",
         default=sup,
-        help=f"grpc[s]://HOST:PORT (default: $VDL_ENDPOINT or {DEFAULT_ENDPOINT})",
+        help="grpc[s]://HOST:PORT, or several nodes of a cluster: A,B,C (default: "
+        f"$VDL_ENDPOINT or {DEFAULT_ENDPOINT})",
     )
     group.add_argument("--database", default=sup, help=f"default: {DEFAULT_DATABASE}")
     group.add_argument("--ca-file", default=sup, help="PEM CA bundle to trust for grpcs://")
@@ -654,9 +691,9 @@ def build_parser() -> argparse.ArgumentParser:
     cons.add_argument(
         "--from",
         dest="start_from",
-        metavar="earliest|latest|committed|OFFSET",
+        metavar="earliest|latest|committed|OFFSET|P:START,...",
         help="where partitions start (default: the consumer's committed offset, or earliest "
-        "without --consumer)",
+        "without --consumer); per partition as 0:120,1:latest (others: the default)",
     )
     cons.add_argument("--count", type=int, help="stop after N messages")
     cons.add_argument("--idle-timeout", type=float, help="stop after S seconds without data")
@@ -721,7 +758,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if not hasattr(args, name):
             setattr(args, name, value)
     try:
-        Endpoint.parse(args.endpoint)
+        Endpoint.parse_list(args.endpoint)
     except ValueError as exc:
         parser.error(str(exc))
     if args.ca_file is not None and not os.path.isfile(args.ca_file):

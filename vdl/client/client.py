@@ -3,7 +3,7 @@ calls sharing one connection, with every background task inside the ``async with
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import trio
@@ -62,9 +62,10 @@ class Client:
 
 @asynccontextmanager
 async def connect(
-    endpoint: str = DEFAULT_ENDPOINT,
+    endpoint: str | Sequence[str] = DEFAULT_ENDPOINT,
     *,
     database: str = DEFAULT_DATABASE,
+    discovery: bool = True,
     ca_file: str | None = None,
     user: str | None = None,
     password: str | None = None,
@@ -75,8 +76,14 @@ async def connect(
     ping_timeout: float = 10.0,
     channel_factory: ChannelFactory | None = None,
 ) -> AsyncIterator[Client]:
+    """``endpoint``: one node, or several of one cluster (``"a,b,c"`` or a list); with
+    ``discovery`` the other nodes the cluster lists join the pool too. Streams move to
+    another node of the pool when theirs dies."""
+    first, *more = Endpoint.parse_list(endpoint)
     config = ClientConfig(
-        endpoint=Endpoint.parse(endpoint),
+        endpoint=first,
+        more_endpoints=tuple(more),
+        discovery=discovery,
         database=database,
         ca_file=ca_file,
         user=user,

@@ -1,17 +1,20 @@
-"""One logical connection to a VDL node: endpoint, TLS, login, and an HTTP/2 channel that is
-replaced whenever it dies.
+"""One logical connection to a VDL cluster: a pool of endpoints, TLS, login, and an HTTP/2
+channel to one of them that is replaced whenever it dies.
 
 A background task (:meth:`Connection.run`) owns the channel: it connects with back-off,
-logs in when a user is configured, hands the channel out through :meth:`Connection.channel`,
-and PINGs it. A channel whose PING goes unanswered, whose peer said GOAWAY, or that a caller
-reported broken is closed (cancelling its calls, which their owners then retry) and a new one
-is opened. Writers and readers never hold a channel across a failure: they ask again.
+logs in when a user is configured, asks the node for the cluster's nodes (Discovery
+ListEndpoints, as the YDB SDK does) to grow the pool, hands the channel out through
+:meth:`Connection.channel`, and PINGs it. A channel whose PING goes unanswered, whose peer
+said GOAWAY, or that a caller reported broken is closed (cancelling its calls, which their
+owners then retry) and a new one is opened to the next endpoint of the pool, so the death of
+a node moves every stream to another one. Writers and readers never hold a channel across a
+failure: they ask again.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -22,6 +25,7 @@ from google.protobuf.message import Message
 
 from vdl.client import backoff
 from vdl.client.errors import (
+    ClientError,
     ClosedError,
     ConnectError,
     breaks_connection,
@@ -31,7 +35,7 @@ from vdl.client.errors import (
 from vdl.net.grpc import DEFAULT_MAX_MESSAGE_SIZE, GrpcChannel, GrpcError, GrpcSettings
 from vdl.net.grpc.driver import Signal, unwrap_single_exception
 from vdl.net.grpc.tls import client_ssl_context
-from vdl.net.ydb.protos import ydb_auth_pb2
+from vdl.net.ydb.protos import ydb_auth_pb2, ydb_discovery_pb2
 
 ResultT = TypeVar("ResultT", bound=Message)
 ChannelFactory = Callable[[], AbstractAsyncContextManager[GrpcChannel]]
@@ -39,6 +43,7 @@ ChannelFactory = Callable[[], AbstractAsyncContextManager[GrpcChannel]]
 DEFAULT_ENDPOINT = "grpc://127.0.0.1:2135"
 DEFAULT_DATABASE = "/local"
 LOGIN_METHOD = "/Ydb.Auth.V1.AuthService/Login"
+LIST_ENDPOINTS_METHOD = "/Ydb.Discovery.V1.DiscoveryService/ListEndpoints"
 _BUILD_INFO = "vdl-client/0.1"
 # How often the keeper looks at its channel (GOAWAY flag, ping due); cheap flag checks.
 _TICK_S = 0.1
@@ -72,6 +77,16 @@ class Endpoint:
             raise ValueError(f"endpoint {text!r}: expected grpc[s]://HOST:PORT")
         return cls(parts.hostname, port, parts.scheme == "grpcs")
 
+    @classmethod
+    def parse_list(cls, text: str | Sequence[str]) -> tuple[Endpoint, ...]:
+        """Endpoints given as ``a,b,c`` or as a sequence of such strings; duplicates are
+        dropped, the order is kept."""
+        items = [text] if isinstance(text, str) else list(text)
+        parsed = [cls.parse(part) for item in items for part in item.split(",") if part.strip()]
+        if not parsed:
+            raise ValueError("no endpoint given")
+        return tuple(dict.fromkeys(parsed))
+
     def __str__(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{'grpcs' if self.tls else 'grpc'}://{host}:{self.port}"
@@ -81,6 +96,10 @@ class Endpoint:
 class ClientConfig:
     endpoint: Endpoint = field(default_factory=lambda: Endpoint.parse(DEFAULT_ENDPOINT))
     database: str = DEFAULT_DATABASE
+    #: More seed endpoints after ``endpoint`` (nodes of the same cluster).
+    more_endpoints: tuple[Endpoint, ...] = ()
+    #: Add the nodes the cluster lists (Discovery ListEndpoints) to the pool.
+    discovery: bool = True
     #: PEM file of the CA to trust under grpcs:// (system roots when None).
     ca_file: str | None = None
     user: str | None = None
@@ -105,9 +124,13 @@ class Connection:
     ) -> None:
         self.config = config
         self._factory = channel_factory or self._tcp_channel
+        self._discovers = channel_factory is None and config.discovery
+        self._seeds = tuple(dict.fromkeys((config.endpoint, *config.more_endpoints)))
+        self._pool: list[Endpoint] = list(self._seeds)
+        self._index = 0
         self._ssl = (
             client_ssl_context(config.ca_file)
-            if config.endpoint.tls or config.ca_file is not None
+            if any(e.tls for e in self._seeds) or config.ca_file is not None
             else None
         )
         self._current: GrpcChannel | None = None
@@ -138,6 +161,16 @@ class Connection:
 
     # -- what callers use -----------------------------------------------------------------
 
+    @property
+    def endpoint(self) -> Endpoint:
+        """The endpoint the connection uses (or tries) now."""
+        return self._pool[self._index]
+
+    @property
+    def endpoints(self) -> tuple[Endpoint, ...]:
+        """The pool: the seed endpoints and the nodes discovery listed last."""
+        return tuple(self._pool)
+
     def metadata(self) -> list[tuple[str, str | bytes]]:
         result: list[tuple[str, str | bytes]] = [
             ("x-ydb-database", self.config.database),
@@ -158,10 +191,12 @@ class Connection:
                     return current
                 await self._changed.wait()
         reason = f": {self._last_error}" if self._last_error is not None else ""
-        raise ConnectError(f"cannot reach {self.config.endpoint}{reason}")
+        raise ConnectError(f"cannot reach {self._describe_pool()}{reason}")
 
     def report_broken(self, channel: GrpcChannel) -> None:
-        """A call on ``channel`` failed in a way that condemns the connection."""
+        """A call on ``channel`` failed in a way that condemns the connection (or its node
+        refused a stream that another node will take): the next channel goes to the next
+        endpoint of the pool."""
         if channel is self._current and self._broken is not None:
             self._broken.set()
 
@@ -224,8 +259,16 @@ class Connection:
             self._finished.set()
             self._changed.fire()
 
+    def _describe_pool(self) -> str:
+        if len(self._pool) == 1:
+            return str(self._pool[0])
+        return "any of " + ", ".join(str(e) for e in self._pool)
+
+    def _next_endpoint(self) -> None:
+        self._index = (self._index + 1) % len(self._pool)
+
     def _tcp_channel(self) -> AbstractAsyncContextManager[GrpcChannel]:
-        endpoint = self.config.endpoint
+        endpoint = self.endpoint
         size = self.config.max_message_size
         return GrpcChannel.connect(
             endpoint.host,
@@ -235,6 +278,8 @@ class Connection:
         )
 
     async def _keep_connected(self) -> None:
+        # Failed attempts in a row; the back-off grows once per round of the pool, so a
+        # dead node is skipped at once for the next one.
         attempt = 0
         connected_once = False
         while True:
@@ -243,6 +288,8 @@ class Connection:
                 with trio.CancelScope(deadline=trio.current_time() + timeout) as connecting:
                     async with self._factory() as channel:
                         await self._login(channel)
+                        if self._discovers:
+                            await self._discover(channel)
                         connecting.deadline = math.inf
                         self.channels_opened += 1
                         connected_once = True
@@ -257,7 +304,7 @@ class Connection:
             except (trio.TooSlowError, OSError, GrpcError, trio.BrokenResourceError) as exc:
                 self._last_error = _describe(exc, self.config.connect_timeout)
                 if isinstance(exc, GrpcError) and not is_retriable(exc):
-                    self._fatal = ConnectError(f"cannot use {self.config.endpoint}: {exc}")
+                    self._fatal = ConnectError(f"cannot use {self.endpoint}: {exc}")
                     return
             except Exception as exc:
                 # Login refused (bad password) and other answers that a retry cannot fix.
@@ -267,12 +314,13 @@ class Connection:
                     self._fatal = exc
                     return
             self._changed.fire()
-            if self.config.fail_fast and not connected_once:
+            self._next_endpoint()
+            if self.config.fail_fast and not connected_once and attempt + 1 >= len(self._pool):
                 self._fatal = ConnectError(
-                    f"cannot reach {self.config.endpoint}: {self._last_error}"
+                    f"cannot reach {self._describe_pool()}: {self._last_error}"
                 )
                 return
-            await trio.sleep(backoff.CONNECT.delay(attempt))
+            await trio.sleep(backoff.CONNECT.delay(attempt // len(self._pool)))
             attempt += 1
 
     async def _login(self, channel: GrpcChannel) -> None:
@@ -291,6 +339,31 @@ class Connection:
         result = ydb_auth_pb2.LoginResult()
         op.result.Unpack(result)
         self._token = result.token
+
+    async def _discover(self, channel: GrpcChannel) -> None:
+        """Make the pool the seeds plus the nodes ``channel``'s node lists, keeping the
+        current endpoint current. A node that cannot answer (an older server) leaves the
+        pool as it was."""
+        config = self.config
+        request = ydb_discovery_pb2.ListEndpointsRequest(database=config.database)
+        try:
+            data = await channel.unary(
+                LIST_ENDPOINTS_METHOD,
+                request.SerializeToString(),
+                self.metadata(),
+                timeout=config.connect_timeout,
+            )
+            op = ydb_discovery_pb2.ListEndpointsResponse.FromString(data).operation
+            check_status(int(op.status), op.issues)
+        except (GrpcError, ClientError):
+            return
+        result = ydb_discovery_pb2.ListEndpointsResult()
+        op.result.Unpack(result)
+        listed = [Endpoint(e.address, int(e.port), bool(e.ssl)) for e in result.endpoints]
+        current = self.endpoint
+        pool = list(dict.fromkeys((*self._seeds, *listed)))
+        self._pool = pool
+        self._index = pool.index(current) if current in pool else 0
 
     def _publish(self, channel: GrpcChannel) -> None:
         self._current = channel

@@ -19,6 +19,7 @@ from vdl.net.ydb.protos import ydb_status_codes_pb2
 _Status = ydb_status_codes_pb2.StatusIds
 
 SUCCESS = int(_Status.SUCCESS)
+UNAVAILABLE = int(_Status.UNAVAILABLE)
 
 # Temporary conditions: the node is restarting, overloaded or moved the session. NOT_FOUND
 # is deliberately not here (the YDB SDK retries it forever, which hides real mistakes).

@@ -7,9 +7,12 @@ credit we grant (half of the buffer is re-granted once the application has taken
 A batch is committed on the stream it came from: commit ranges are contiguous per partition
 session, starting at the committed offset the server announced, so the server can merge
 them. When the stream breaks, its sessions die with it: buffered batches of those sessions
-are dropped (the server delivers them again from the committed offset) and their pending
-commits fail with CommitError. ``close()`` therefore does not reconnect: it waits for the
-acks of commits already made on the live stream, then stops.
+are dropped and their pending commits fail with CommitError. The new stream (on another
+node of the connection's pool when the old one's node died) starts each partition after the
+last message handed to the application, or at the committed offset if that is further; the
+first commit there covers the range from the committed offset, so a commit lost with the
+old stream is made good. ``close()`` does not reconnect: it waits for the acks of commits
+already made on the live stream, then stops.
 
 A reader without a consumer (``consumer=None``) reads the partitions it names, or every
 partition of the topic, from their start (or ``start_from``) and cannot commit: the server
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -54,7 +57,11 @@ _DECODED = {CODEC_GZIP: COMPRESSION_GZIP, CODEC_ZSTD: COMPRESSION_ZSTD}
 
 #: Where a partition starts the first time this reader gets it: the consumer's committed
 #: offset (None), the first or the next-to-be-written offset, or an explicit offset.
-StartFrom = None | Literal["earliest", "latest"] | int
+PartitionStart = None | Literal["earliest", "latest"] | int
+#: One start for every partition, or one per partition (``{0: 120, 3: "latest"}``);
+#: partitions a mapping leaves out start at the consumer's committed offset (or, without
+#: a consumer, at their start).
+StartFrom = PartitionStart | Mapping[int, PartitionStart]
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,7 +349,9 @@ class Reader:
     def _read_offset(self, partition: int, committed: int, offsets: Any) -> int | None:
         if partition in self._resume:
             return max(self._resume[partition], committed)
-        start_from = self.settings.start_from
+        start_from: StartFrom = self.settings.start_from
+        if isinstance(start_from, Mapping):
+            start_from = start_from.get(partition)
         if start_from == "earliest":
             return int(offsets.start)
         if start_from == "latest":

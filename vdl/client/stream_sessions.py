@@ -1,6 +1,10 @@
 """Keeping a topic stream open: one session after another until an error that retrying
 cannot fix. Writers and readers differ only in what a session does and what they make of
-the final error; how they reconnect is the same, so it lives here."""
+the final error; how they reconnect is the same, so it lives here.
+
+A stream that broke with its connection, or that its node refused in-band with UNAVAILABLE
+(on a cluster a node takes a writer only for partitions it leads, and says UNAVAILABLE to
+send it on), makes the connection move to the next node of its pool."""
 
 from __future__ import annotations
 
@@ -10,7 +14,14 @@ import trio
 
 from vdl.client import backoff
 from vdl.client.connection import Connection
-from vdl.client.errors import breaks_connection, is_retriable, is_slow_retry, root_error
+from vdl.client.errors import (
+    UNAVAILABLE,
+    YdbStatusError,
+    breaks_connection,
+    is_retriable,
+    is_slow_retry,
+    root_error,
+)
 from vdl.net.grpc import GrpcChannel, GrpcError, StatusCode
 
 
@@ -46,7 +57,7 @@ async def run_sessions(
             return None
         if not is_retriable(error):
             return error
-        if breaks_connection(error):
+        if breaks_connection(error) or _sent_elsewhere(error, connection):
             connection.report_broken(channel)
         if opened() > before:
             attempt = 0
@@ -54,3 +65,12 @@ async def run_sessions(
         await trio.sleep(policy.delay(attempt))
         attempt += 1
     return None
+
+
+def _sent_elsewhere(error: BaseException, connection: Connection) -> bool:
+    """The node answered UNAVAILABLE in-band: another node of the pool may serve us."""
+    return (
+        isinstance(error, YdbStatusError)
+        and error.status == UNAVAILABLE
+        and len(connection.endpoints) > 1
+    )

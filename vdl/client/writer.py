@@ -7,8 +7,11 @@ whole buffer is accepted once the buffer is empty, so it cannot stall forever.
 
 Sequence numbers continue from the ``last_seq_no`` the server reports for the producer on
 the first connection. Each message keeps its number for life, so after a retriable failure
-the writer opens a new stream and resends every unacknowledged message as it was: the
-server acks the ones it already has as *skipped*. That is what makes a reconnect safe (no
+(on a cluster: its node died, or no longer leads the partition) the writer opens a new
+stream, on another node of the connection's pool if need be, learns from its init response
+the last seq_no the partition holds for the producer, counts the messages up to it as
+written (their acks were lost with the stream), and resends the rest as they were (the
+server would ack a duplicate as *skipped* anyway). That is what makes a reconnect safe (no
 duplicates) and complete (no gaps). Non-retriable errors (bad request, auth, missing topic,
 a protocol violation) stop the writer and are raised by every later call.
 """
@@ -294,12 +297,28 @@ class Writer:
             self.partition = int(init.partition_id)
             self.sessions += 1
             self._init_done.set()
+            self._written_before(int(init.last_seq_no), self.partition)
             # Everything unacknowledged goes again, in its original order and numbering.
             self._queue.extendleft(reversed(self._inflight))
             self._inflight.clear()
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._send_loop, call)
                 await self._receive_loop(call)
+
+    def _written_before(self, last_seq_no: int, partition: int) -> None:
+        """Messages in flight up to ``last_seq_no`` reached the partition on a stream that
+        ended before their acks: they count as acknowledged (without an offset, like a
+        skipped duplicate) and are not sent again."""
+        done = False
+        while self._inflight and self._inflight[0].seq_no <= last_seq_no:
+            pending = self._inflight.popleft()
+            pending.result = WriteResult(pending.seq_no, partition, None)
+            self._buffered_messages -= 1
+            self._buffered_bytes -= pending.size
+            self._acked += 1
+            done = True
+        if done:
+            self._changed.fire()
 
     def _init_request(self) -> FromClient:
         request = FromClient()
