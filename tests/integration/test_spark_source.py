@@ -181,6 +181,38 @@ def test_available_now_runs_are_exactly_once(spark: Any, node: NodeProcess, tmp_
     assert sorted(rows) == _expected(produced)
 
 
+def test_kafka_source_options_pattern_timestamps_and_min_offsets(
+    spark: Any, node: NodeProcess, tmp_path: Path
+) -> None:
+    # The Spark wiring of subscribePattern, offsets by timestamp and minOffsetsPerTrigger;
+    # test_spark_kafka_options.py (slow) and test_spark_source_driver.py cover them in depth.
+    confluent_create_topic(node.bootstrap, "options", 2)
+    produce(node.bootstrap, "options", 100)
+    window = (
+        spark.read.format("vdl")
+        .option("bootstrap", node.bootstrap)
+        .option("subscribePattern", "^opt.ons$")
+        .option("startingTimestamp", str(BASE_MS + 20_000))
+        .option("endingTimestamp", str(BASE_MS + 50_000))
+        .load()
+        .selectExpr("CAST(value AS STRING) AS value")
+    )
+    assert sorted(json.loads(r["value"])["n"] for r in window.collect()) == list(range(20, 50))
+
+    # availableNow keeps maxOffsetsPerTrigger but ignores minOffsetsPerTrigger: the last 20
+    # records are fewer than 30, and are read all the same.
+    query = (
+        _stream(spark, node, "options", maxOffsetsPerTrigger="40", minOffsetsPerTrigger="30")
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None
+    assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]] == [40, 40, 20]
+
+
 def _batch_in_flight(checkpoint: Path) -> bool:
     """True while a batch's offsets are logged but its commit is not: it is mid-batch."""
     offsets = {p.name for p in (checkpoint / "offsets").glob("[0-9]*")}
@@ -258,7 +290,7 @@ def test_bad_options_are_reported_clearly(spark: Any, node: NodeProcess) -> None
     assert 'option "startingOffsets" is neither "earliest", "latest" nor valid JSON' in message
 
     message = _error_of(lambda: load(subscribe="batch", assign='{"batch": [0]}'))
-    assert 'exactly one of "subscribe"' in message
+    assert "Only one of the following options can be specified for Kafka source" in message
 
     message = _error_of(lambda: spark.readStream.format("vdl").option("subscribe", "batch").load())
     assert 'option "bootstrap" is required' in message

@@ -158,3 +158,26 @@ def plan_ranges(
             hi = r.start + r.size * (i + 1) // pieces
             out.append(OffsetRange(r.topic, r.partition, lo, hi))
     return out
+
+
+@dataclass
+class MinRowsGate:
+    """Whether a micro-batch may run yet: Spark's ``minOffsetsPerTrigger`` + ``maxTriggerDelay``.
+
+    A batch runs once at least ``min_rows`` records wait, or once ``max_delay_ms`` have passed
+    since the last batch ran, whichever comes first. As in Spark's Kafka source, the first
+    question after a (re)start is always answered yes: there was no batch to wait from.
+    """
+
+    min_rows: int
+    max_delay_ms: int
+    last_run_ms: float | None = None
+
+    def admits(self, waiting: int, now_ms: float) -> bool:
+        if self.last_run_ms is None or now_ms - self.last_run_ms >= self.max_delay_ms:
+            self.last_run_ms = now_ms
+            return True
+        if waiting < self.min_rows:
+            return False
+        self.last_run_ms = now_ms
+        return True

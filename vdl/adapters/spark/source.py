@@ -13,7 +13,8 @@ a batch replayed after a crash reads the same records.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,7 @@ from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 
@@ -37,6 +39,7 @@ from vdl.adapters.spark.metadata import LogMetadata
 from vdl.adapters.spark.offsets import (
     EARLIEST,
     LATEST,
+    MinRowsGate,
     Offsets,
     TopicPartition,
     cap_to_limit,
@@ -44,7 +47,7 @@ from vdl.adapters.spark.offsets import (
     plan_ranges,
     to_json_dict,
 )
-from vdl.adapters.spark.options import OffsetSpec, OptionError, SourceOptions
+from vdl.adapters.spark.options import ByTimestamp, OffsetSpec, OptionError, SourceOptions
 from vdl.adapters.spark.reader import DataLossError, read_range
 from vdl.adapters.spark.schema import source_ddl
 
@@ -61,14 +64,49 @@ class OffsetRangePartition(InputPartition):
     end: int
 
 
+def timestamp_targets(
+    spec: ByTimestamp, partitions: Sequence[TopicPartition], name: str
+) -> dict[TopicPartition, int]:
+    """The timestamp to look up for each partition read."""
+    if spec.per_partition is not None and set(spec.per_partition) != set(partitions):
+        given = ", ".join(f"{t}-{p}" for t, p in sorted(spec.per_partition))
+        assigned = ", ".join(f"{t}-{p}" for t, p in sorted(partitions))
+        raise OptionError(
+            f'option "{name}": If starting/endingOffsetsByTimestamp contains specific offsets, '
+            f"you must specify all topics. Specified: {given} Assigned: {assigned}"
+        )
+    return {tp: spec.timestamp_for(tp) for tp in partitions}
+
+
 def resolve(
     spec: OffsetSpec,
     partitions: Sequence[TopicPartition],
     earliest: Offsets,
     latest: Offsets,
     name: str,
+    found: Mapping[TopicPartition, int | None] | None = None,
 ) -> Offsets:
-    """Concrete offsets for an ``earliest``/``latest``/JSON option over the current partitions."""
+    """Concrete offsets for an option over the current partitions.
+
+    ``found`` holds, for a by-timestamp option, what ListOffsets answered for each partition's
+    timestamp (``None``: no record that late).
+    """
+    if isinstance(spec, ByTimestamp):
+        assert found is not None, "timestamps must be looked up first"
+        out: Offsets = {}
+        for tp in partitions:
+            offset = found[tp]
+            if offset is None:
+                if spec.no_match == "error":
+                    raise OptionError(
+                        f"No offset matched from request of topic-partition {tp[0]}-{tp[1]} "
+                        f"and timestamp {spec.timestamp_for(tp)}. Set option "
+                        '"startingOffsetsByTimestampStrategy" to "latest" to start such '
+                        "partitions at their latest offset."
+                    )
+                offset = latest[tp]
+            out[tp] = offset
+        return out
     if spec == "earliest":
         return {tp: earliest[tp] for tp in partitions}
     if spec == "latest":
@@ -85,7 +123,7 @@ def resolve(
     if unknown:
         listed = ", ".join(f"{t}/{p}" for t, p in unknown)
         raise OptionError(f'option "{name}" names partitions that do not exist: {listed}')
-    out: Offsets = {}
+    out = {}
     for tp in partitions:
         offset = spec[tp]
         if offset == EARLIEST:
@@ -141,6 +179,24 @@ class _MetadataUser:
             self._metadata = LogMetadata(self.options.bootstrap, self.options.client_config)
         return self._metadata
 
+    def resolve(
+        self,
+        spec: OffsetSpec,
+        partitions: Sequence[TopicPartition],
+        earliest: Offsets,
+        latest: Offsets,
+        name: str,
+    ) -> Offsets:
+        found = None
+        if isinstance(spec, ByTimestamp):
+            if spec.per_partition is not None:
+                name = name.replace("Offsets", "OffsetsByTimestamp")
+            else:
+                name = name.replace("Offsets", "Timestamp")
+            targets = timestamp_targets(spec, partitions, name)
+            found = self.metadata.offsets_for_times(targets)
+        return resolve(spec, partitions, earliest, latest, name, found)
+
     def close(self) -> None:
         if self._metadata is not None:
             self._metadata.close()
@@ -160,10 +216,12 @@ class VdlBatchReader(_MetadataUser, DataSourceReader):
         try:
             partitions = self.metadata.partitions(self.options.subscription)
             earliest, latest = self.metadata.bounds(partitions)
+            start = self.resolve(
+                self.options.starting, partitions, earliest, latest, "startingOffsets"
+            )
+            end = self.resolve(self.options.ending, partitions, earliest, latest, "endingOffsets")
         finally:
             self.close()
-        start = resolve(self.options.starting, partitions, earliest, latest, "startingOffsets")
-        end = resolve(self.options.ending, partitions, earliest, latest, "endingOffsets")
         backwards = [tp for tp in partitions if start[tp] > end[tp]]
         if backwards:
             t, p = backwards[0]
@@ -186,6 +244,10 @@ class VdlStreamReader(_MetadataUser, DataSourceStreamReader, SupportsTriggerAvai
         # availableNow: the log's end when the run began; no batch of the run goes past it.
         self._target: Offsets | None = None
         self._latest: Offsets | None = None
+        # minOffsetsPerTrigger: when the last micro-batch ran, kept between micro-batches.
+        self._gate: MinRowsGate | None = None
+        if options.min_offsets_per_trigger is not None:
+            self._gate = MinRowsGate(options.min_offsets_per_trigger, options.max_trigger_delay_ms)
 
     def _current_latest(self) -> Offsets:
         partitions = self.metadata.partitions(self.options.subscription)
@@ -195,14 +257,23 @@ class VdlStreamReader(_MetadataUser, DataSourceStreamReader, SupportsTriggerAvai
         if self._initial is None:
             partitions = self.metadata.partitions(self.options.subscription)
             earliest, latest = self.metadata.bounds(partitions)
-            self._initial = resolve(
+            self._initial = self.resolve(
                 self.options.starting, partitions, earliest, latest, "startingOffsets"
             )
         return to_json_dict(self._initial)
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        limit = self.options.max_offsets_per_trigger
-        return ReadMaxRows(limit) if limit else ReadAllAvailable()
+        # PySpark has no composite limit: with both minOffsetsPerTrigger and
+        # maxOffsetsPerTrigger the cap travels as the limit and the minimum is applied from the
+        # options. Either way, a limit other than ReadAllAvailable tells a normal trigger from
+        # Trigger.Once, which passes ReadAllAvailable and, as in Spark, ignores every limit.
+        most = self.options.max_offsets_per_trigger
+        least = self.options.min_offsets_per_trigger
+        if most:
+            return ReadMaxRows(most)
+        if least:
+            return ReadMinRows(least)
+        return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._current_latest()
@@ -240,6 +311,16 @@ class VdlStreamReader(_MetadataUser, DataSourceStreamReader, SupportsTriggerAvai
             for tp in new:
                 end[tp] = earliest[tp]
         known = {tp: latest[tp] for tp in begin}
+        # availableNow reads everything up to its target, in batches of at most
+        # maxOffsetsPerTrigger: a minimum to wait for would only stall it, so it is ignored.
+        if (
+            self._gate is not None
+            and self._target is None
+            and not isinstance(limit, ReadAllAvailable)
+        ):
+            waiting = sum(max(0, known[tp] - begin[tp]) for tp in begin)
+            if not self._gate.admits(waiting, time.monotonic() * 1000):
+                return to_json_dict(begin)
         if isinstance(limit, ReadMaxRows):
             known = cap_to_limit(begin, known, limit.max_rows)
         end.update(known)
