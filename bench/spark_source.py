@@ -13,10 +13,14 @@ session, time the same workloads over
   Python data source API on this machine for these rows.
 
 Workloads: a batch read written to Spark's ``noop`` sink (forces every row through), and an
-availableNow streaming query into ``noop``. Each is run once to warm up, then ``--repeat`` times;
-the best run counts (the machine is shared; the best is the least disturbed). Target: ``vdl``
-at >= 0.7x of ``memory``. A benchmark, not a test: it reports, never asserts. Everything it
-starts (node, Spark JVM, temp directories) is stopped and removed on exit.
+availableNow streaming query into ``noop``. Then the sink: the memory source's rows
+(key, value) written with ``write.format("vdl")`` into a new topic, against a plain
+confluent-kafka producer (acks=all, idempotent, as the sink's) writing the same rows into
+another new topic in the same process as the bench. Each is run once to warm up, then
+``--repeat`` times; the best run counts (the machine is shared; the best is the least
+disturbed). Target: ``vdl`` at >= 0.7x of ``memory``. A benchmark, not a test: it reports,
+never asserts. Everything it starts (node, Spark JVM, temp directories) is stopped and removed
+on exit.
 """
 
 from __future__ import annotations
@@ -167,14 +171,14 @@ class Timing:
         return self.rows / statistics.median(self.seconds)
 
 
-def create_topic(bootstrap: str, partitions: int) -> None:
+def create_topic(bootstrap: str, partitions: int, topic: str = TOPIC) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(TOPIC, num_partitions=partitions, replication_factor=1)])[
-        TOPIC
+    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[
+        topic
     ].result(timeout=30)
 
 
-def produce(bootstrap: str, rows: int, size: int, partitions: int) -> float:
+def produce(bootstrap: str, rows: int, size: int, partitions: int, topic: str = TOPIC) -> float:
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -190,7 +194,7 @@ def produce(bootstrap: str, rows: int, size: int, partitions: int) -> float:
         while True:
             try:
                 producer.produce(
-                    TOPIC, key=b"key-%08d" % i, value=values[i % 64], partition=i % partitions
+                    topic, key=b"key-%08d" % i, value=values[i % 64], partition=i % partitions
                 )
                 break
             except BufferError:
@@ -295,6 +299,72 @@ def run_workloads(
     return timings
 
 
+def run_sink(
+    spark: Any, bootstrap: str, memory_dir: Path, args: argparse.Namespace
+) -> list[Timing]:
+    """The vdl sink and a plain producer, each writing the rows into a new topic per run."""
+    frame = spark.read.format("benchmemory").option("dir", str(memory_dir)).load()
+    frame = frame.select("key", "value").cache()
+    frame.count()  # the rows sit in Spark's cache: the sink's cost is what is timed
+    runs = iter(range(1_000_000))
+
+    def sink() -> None:
+        topic = f"sink-vdl-{next(runs)}"
+        create_topic(bootstrap, args.partitions, topic)
+        started = time.perf_counter()
+        frame.write.format("vdl").mode("append").option("bootstrap", bootstrap).option(
+            "topic", topic
+        ).save()
+        seconds.append(time.perf_counter() - started)
+
+    files = sorted(memory_dir.glob("*.arrow"))
+    columns = []
+    for path in files:
+        with pa.memory_map(str(path)) as source:
+            table = pa.ipc.open_file(source).read_all()
+        columns.append((table.column("key").to_pylist(), table.column("value").to_pylist()))
+
+    def plain() -> None:
+        topic = f"sink-plain-{next(runs)}"
+        create_topic(bootstrap, args.partitions, topic)
+        producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 20,
+                "batch.size": 1_000_000,
+            }
+        )
+        started = time.perf_counter()
+        for partition, (keys, values) in enumerate(columns):
+            for key, value in zip(keys, values, strict=True):
+                while True:
+                    try:
+                        producer.produce(topic, key=key, value=value, partition=partition)
+                        break
+                    except BufferError:
+                        producer.poll(0.05)
+        if producer.flush(120):
+            raise RuntimeError("produce did not finish")
+        seconds.append(time.perf_counter() - started)
+
+    timings = []
+    for label, action in (("vdl sink", sink), ("producer", plain)):
+        seconds: list[float] = []
+        action()  # warm-up
+        seconds.clear()
+        for _ in range(args.repeat):
+            action()
+        timings.append(Timing(label, "write memory -> topic", args.rows, list(seconds)))
+        print(
+            f"  {'write memory -> topic':<30} {label:<7} " + " ".join(f"{x:.2f}s" for x in seconds),
+            file=sys.stderr,
+        )
+    frame.unpersist()
+    return timings
+
+
 def start_spark(workdir: Path) -> Any:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -335,19 +405,29 @@ def render(
     timings: list[Timing], decode: tuple[int, float], args: argparse.Namespace, load: Any
 ) -> str:
     by = {(t.source, t.workload): t for t in timings}
+    by_label = set(SOURCE_LABELS.values())
     lines = [
         f"Spark source: {args.rows} rows x {args.size} B values, {args.partitions} partitions, "
         f"local[2], best of {args.repeat} (load average {load})",
         "",
         f"{'workload':<28} {'source':<14} {'rows/s best':>12} {'median':>10} {'vdl ratio':>10}",
     ]
-    for workload in dict.fromkeys(t.workload for t in timings):
+    for workload in dict.fromkeys(t.workload for t in timings if t.source in by_label):
         vdl = by[("vdl", workload)]
         for label in SOURCE_LABELS.values():
             t = by[(label, workload)]
             ratio = "" if label == "vdl" else f"{vdl.best_rows_per_s / t.best_rows_per_s:.2f}x"
             lines.append(
                 f"{workload:<28} {label:<14} {t.best_rows_per_s:>12,.0f} "
+                f"{t.median_rows_per_s:>10,.0f} {ratio:>10}"
+            )
+    sinks = {t.source: t for t in timings if t.source not in by_label}
+    if sinks:
+        sink, plain = sinks["vdl sink"], sinks["producer"]
+        for t in (sink, plain):
+            ratio = "" if t is plain else f"{sink.best_rows_per_s / plain.best_rows_per_s:.2f}x"
+            lines.append(
+                f"{t.workload:<28} {t.source:<14} {t.best_rows_per_s:>12,.0f} "
                 f"{t.median_rows_per_s:>10,.0f} {ratio:>10}"
             )
     rows, seconds = decode
@@ -389,6 +469,7 @@ def main(argv: list[str] | None = None) -> int:
         timings = run_workloads(
             spark, node.bootstrap, memory_dir, workdir / "checkpoints", args.rows, args.repeat
         )
+        timings += run_sink(spark, node.bootstrap, memory_dir, args)
     finally:
         if spark is not None:
             stop_spark(spark)
