@@ -18,18 +18,18 @@ from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-from confluent_kafka.admin import AdminClient
-
 from tests.integration.node_process import NodeProcess
+from tests.integration.pipeline_windows import (
+    TYPES,
+    Windows,
+    expected_windows,
+    parquet_windows,
+    partitions_of,
+    topic_windows,
+)
 from tests.integration.spark_support import SPARK_ENV, read_topic
 
 REPO = Path(__file__).resolve().parents[2]
-WINDOW_MS, WATERMARK_MS = 60_000, 120_000  # the pipeline's defaults, which the README uses
-TYPES = ("page_view", "search", "add_to_cart", "purchase")
-
-Windows = Counter[tuple[int, str]]  # (window start ms, event type) -> events
 
 
 def readme_commands() -> list[list[str]]:
@@ -42,17 +42,6 @@ def readme_commands() -> list[list[str]]:
         for line in block.splitlines()
         if line.startswith(".venv/bin/python spark/")
     ]
-
-
-def partitions_of(bootstrap: str, topic: str) -> int:
-    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30)
-    return len(metadata.topics[topic].partitions)
-
-
-def epoch_ms(column: pa.ChunkedArray) -> list[int]:
-    """Parquet timestamps (Spark writes INT96 or micros, UTC) as epoch milliseconds."""
-    as_ms = column.cast(pa.timestamp("ms", tz=column.type.tz))
-    return [int(v) for v in as_ms.cast(pa.int64()).to_pylist()]
 
 
 def printed_table(stdout: str, heading: str) -> Windows:
@@ -114,12 +103,7 @@ def test_readme_pipeline_writes_closed_windows_to_parquet_and_a_topic(tmp_path: 
             )
         ]
         assert len(events) == generated
-        watermark = max(e["event_time"] for e in events) - WATERMARK_MS
-        closed: Windows = Counter()
-        still_open: Windows = Counter()
-        for e in events:
-            start = e["event_time"] // WINDOW_MS * WINDOW_MS
-            (closed if start + WINDOW_MS <= watermark else still_open)[(start, e["type"])] += 1
+        closed, still_open = expected_windows(events)
         # The README's default event time spans several windows plus the watermark.
         assert len({start for start, _ in closed}) >= 5
         assert still_open
@@ -127,28 +111,8 @@ def test_readme_pipeline_writes_closed_windows_to_parquet_and_a_topic(tmp_path: 
         stats_partitions = partitions_of(node.bootstrap, "event-stats")
         stats = read_topic(node.bootstrap, "event-stats", stats_partitions)
 
-    table = pq.read_table(output_path)
-    parquet: Windows = Counter()
-    for start, end, kind, count in zip(
-        epoch_ms(table.column("window_start")),
-        epoch_ms(table.column("window_end")),
-        table.column("type").to_pylist(),
-        table.column("events").to_pylist(),
-        strict=True,
-    ):
-        assert end == start + WINDOW_MS
-        assert (start, kind) not in parquet, "a window written twice"
-        parquet[(start, kind)] = count
-    assert parquet == closed
-
-    topic: Windows = Counter()
-    for (key, value), _ in stats:
-        row = json.loads(value or b"")
-        start = round(datetime.fromisoformat(row["window_start"]).timestamp() * 1000)
-        assert key == f"{row['window_start'][:19]}/{row['type']}".encode()
-        assert (start, row["type"]) not in topic, "a window written twice"
-        topic[(start, row["type"])] = row["events"]
-    assert topic == closed
+    assert parquet_windows(output_path) == closed
+    assert topic_windows(stats) == closed
 
     # What the pipeline printed: the same windows, and every event accounted for. All events
     # come in one micro-batch whose watermark is the initial one, so none is dropped as late.
