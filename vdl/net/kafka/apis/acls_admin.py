@@ -21,11 +21,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any
 
 from vdl.broker.topics import TopicError
 from vdl.cluster.acl_commands import ACL_ADD, ACL_REMOVE, acl_command
-from vdl.cluster.commands import Command
 from vdl.log.error_codes import ErrorCode
 from vdl.net.kafka.apis.context import Pending, RequestContext, Response
 from vdl.net.kafka.control_codec import (
@@ -83,17 +82,6 @@ _OPERATIONS_UNMODELLED = {
     code: name for code, name in _KAFKA_OPERATIONS.items() if code not in _OPERATIONS
 }
 _PERMISSIONS: dict[int, Permission] = {2: Permission.DENY, 3: Permission.ALLOW}
-
-
-class RunsCommands(Protocol):
-    """What the cluster behind ClusterView (`vdl.cluster.manager.ClusterManager`) does
-    for `vdl acl`/`vdl user` changes: run a metadata command from any node."""
-
-    async def run_command(self, command: Command, timeout_s: float = ...) -> None: ...
-
-
-def command_runner(cluster: object) -> RunsCommands:
-    return cast(RunsCommands, cluster)
 
 
 def _code(table: dict[int, Any], value: Any) -> int:
@@ -228,7 +216,7 @@ async def _change(ctx: RequestContext, store: AclStore, op: str, entry: AclEntry
         else:
             store.remove(entry)
         return
-    await command_runner(cluster).run_command(acl_command(op, entry))
+    await cluster.run_command(acl_command(op, entry))
 
 
 def _who(ctx: RequestContext) -> str:

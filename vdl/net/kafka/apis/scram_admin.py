@@ -32,7 +32,6 @@ from typing import Any
 from vdl.broker.topics import TopicError
 from vdl.cluster.user_commands import user_put_command, user_remove_command
 from vdl.log.error_codes import ErrorCode
-from vdl.net.kafka.apis.acls_admin import command_runner
 from vdl.net.kafka.apis.context import Pending, RequestContext, Response
 from vdl.net.kafka.control_codec import (
     decode_request,
@@ -236,7 +235,7 @@ async def _alter(ctx: RequestContext, store: UserStore, name: str, items: list[A
     cluster = ctx.broker.cluster
     if not scram:
         if cluster is not None:
-            await command_runner(cluster).run_command(user_remove_command(name))
+            await cluster.run_command(user_remove_command(name))
         else:
             assert store.table is not None
             store.table.remove(name)
@@ -244,7 +243,7 @@ async def _alter(ctx: RequestContext, store: UserStore, name: str, items: list[A
         return
     user = User(name, password_hash, scram)
     if cluster is not None:
-        await command_runner(cluster).run_command(user_put_command(user))
+        await cluster.run_command(user_put_command(user))
     else:
         assert store.table is not None
         store.table.put(user)
