@@ -27,7 +27,7 @@ from kafka.protocol.admin import AlterConfigsResponse, IncrementalAlterConfigsRe
 from vdl.broker.topics import Topic, TopicError, validate_configs
 from vdl.log.error_codes import ErrorCode
 from vdl.net.kafka.apis.context import Pending, RequestContext, Response
-from vdl.net.kafka.apis.topics_admin import _Deadline
+from vdl.net.kafka.apis.topics_admin import Deadline
 from vdl.net.kafka.control_codec import decode_request, encode_response
 from vdl.net.kafka.request_metrics import api_name
 from vdl.security.acl import Operation
@@ -159,7 +159,7 @@ def _alter(
     keys = [(kind, name) for kind, name, _ in resources]
 
     async def finish() -> Response:
-        deadline = _Deadline(0)
+        deadline = Deadline(0)
         results = []
         for kind, name, changes in resources:
             error, message = 0, None
@@ -202,7 +202,7 @@ async def _alter_topic(
     changes: list[Change],
     validate_only: bool,
     apply: Apply,
-    deadline: _Deadline,
+    deadline: Deadline,
 ) -> None:
     """Check the change as Kafka does (authorization, the topic, then the settings) and,
     unless `validate_only`, make it: on a cluster through the metadata group."""

@@ -40,7 +40,7 @@ _CONFIGS_VERSION = 5
 _DELETE_BY_ID_VERSION = 6
 
 
-class _Deadline:
+class Deadline:
     """The end of a request's wait, from its timeout_ms."""
 
     def __init__(self, timeout_ms: int) -> None:
@@ -162,7 +162,7 @@ def _create_on_cluster(ctx: RequestContext, request: Any) -> Pending:
     header = ctx.header
 
     async def finish() -> Response:
-        deadline = _Deadline(request.timeout_ms)
+        deadline = Deadline(request.timeout_ms)
         results = []
         for topic in request.topics:
             error, message, created = 0, None, None
@@ -233,7 +233,7 @@ def handle_delete_topics(ctx: RequestContext) -> Pending:
     timeout_ms = int(request.timeout_ms)
 
     async def finish() -> Response:
-        deadline = _Deadline(timeout_ms)
+        deadline = Deadline(timeout_ms)
         results = []
         for name, topic_id in wanted:
             error, message = 0, None
@@ -280,7 +280,7 @@ def handle_create_partitions(ctx: RequestContext) -> Pending:
     names = [t.name for t in topics]
 
     async def finish() -> Response:
-        deadline = _Deadline(timeout_ms)
+        deadline = Deadline(timeout_ms)
         results = []
         for topic in topics:
             error, message = 0, None
