@@ -186,9 +186,10 @@ def test_metadata_v12_gives_and_finds_the_topic_by_its_id(node: NodeProcess) -> 
     )
     [entry] = asked.topics
     assert entry.topic_id == topic_id
-    # (Kafka's AclOperation codes: read 3 ... describe 8, idempotent_write 12.)
+    # (Kafka's AclOperation codes: read 3 ... describe 8, describe_configs 10,
+    # alter_configs 11, idempotent_write 12.)
     assert entry.authorized_operations == {3, 4, 5, 6, 7, 8}
-    assert asked.authorized_operations == {5, 7, 8, 12}
+    assert asked.authorized_operations == {5, 7, 8, 10, 11, 12}
     # An all-topics request at v9 (flexible, no ids yet) still lists it.
     everything = _metadata(node.kafka_port, 9, None, allow_auto_topic_creation=False)
     assert "with-id" in {t.name for t in everything.topics}

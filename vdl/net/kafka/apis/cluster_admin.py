@@ -15,19 +15,10 @@ from typing import Any
 from kafka.protocol.admin import DescribeClusterResponse, DescribeLogDirsResponse
 
 from vdl.net.kafka.apis.context import Pending, RequestContext, ready
-from vdl.net.kafka.apis.metadata import brokers_and_controller
+from vdl.net.kafka.apis.metadata import brokers_and_controller, cluster_operations
 from vdl.net.kafka.control_codec import decode_request, encode_response
 from vdl.security.acl import Operation
 
-# Kafka's AclOperation codes as bits of ClusterAuthorizedOperations (KIP-430): the
-# operations VDL checks on the cluster. DESCRIBE_CONFIGS (10) of brokers is DESCRIBE here.
-_CLUSTER_OPERATIONS = {
-    Operation.CREATE: (5,),
-    Operation.ALTER: (7,),
-    Operation.DESCRIBE: (8, 10),
-    Operation.ALTER_CONFIGS: (11,),
-    Operation.IDEMPOTENT_WRITE: (12,),
-}
 ENDPOINT_BROKERS = 1
 # Kafka's UNSUPPORTED_ENDPOINT_TYPE (KIP-919): a broker asked to describe controllers.
 UNSUPPORTED_ENDPOINT_TYPE = 119
@@ -36,16 +27,6 @@ _Broker = DescribeClusterResponse.DescribeClusterBroker
 _Dir = DescribeLogDirsResponse.DescribeLogDirsResult
 _Topic = _Dir.DescribeLogDirsTopic
 _Partition = _Topic.DescribeLogDirsPartition
-
-
-def cluster_operations(ctx: RequestContext) -> set[int]:
-    """What the principal may do on the cluster: the bits of the KIP-430 bitfield."""
-    return {
-        code
-        for operation, codes in _CLUSTER_OPERATIONS.items()
-        if ctx.may_cluster(operation)
-        for code in codes
-    }
 
 
 def handle_describe_cluster(ctx: RequestContext) -> Pending:

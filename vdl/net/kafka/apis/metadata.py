@@ -40,11 +40,14 @@ _TOPIC_OPERATIONS = {
     Operation.ALTER: 7,
     Operation.DESCRIBE: 8,
 }
+# Kafka's AclOperation codes as bits of ClusterAuthorizedOperations (KIP-430): the
+# operations VDL checks on the cluster. DESCRIBE_CONFIGS (10) of brokers is DESCRIBE here.
 _CLUSTER_OPERATIONS = {
-    Operation.CREATE: 5,
-    Operation.ALTER: 7,
-    Operation.DESCRIBE: 8,
-    Operation.IDEMPOTENT_WRITE: 12,
+    Operation.CREATE: (5,),
+    Operation.ALTER: (7,),
+    Operation.DESCRIBE: (8, 10),
+    Operation.ALTER_CONFIGS: (11,),
+    Operation.IDEMPOTENT_WRITE: (12,),
 }
 # Option A of the leader-epoch choice: no epochs, so clients never start KIP-320 validation.
 NO_LEADER_EPOCH = -1
@@ -75,8 +78,15 @@ def _topic_operations(ctx: RequestContext, name: str) -> set[int]:
     return {code for op, code in _TOPIC_OPERATIONS.items() if ctx.may_topic(op, name)}
 
 
-def _cluster_operations(ctx: RequestContext) -> set[int]:
-    return {code for op, code in _CLUSTER_OPERATIONS.items() if ctx.may_cluster(op)}
+def cluster_operations(ctx: RequestContext) -> set[int]:
+    """What the principal may do on the cluster: the bits of the KIP-430 bitfield (Metadata
+    and DescribeCluster)."""
+    return {
+        code
+        for operation, codes in _CLUSTER_OPERATIONS.items()
+        if ctx.may_cluster(operation)
+        for code in codes
+    }
 
 
 def _topic_entry(ctx: RequestContext, topic: Topic, with_operations: bool) -> Any:
@@ -169,7 +179,7 @@ def handle_metadata(ctx: RequestContext) -> Pending:
     brokers, controller = brokers_and_controller(ctx)
     fields: dict[str, Any] = {}
     if 8 <= ctx.version <= 10 and request.include_cluster_authorized_operations:
-        fields["authorized_operations"] = _cluster_operations(ctx)
+        fields["authorized_operations"] = cluster_operations(ctx)
     response = MetadataResponse(
         throttle_time_ms=0,
         brokers=[
