@@ -8,6 +8,7 @@ import struct
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -118,6 +119,19 @@ class Cluster:
                     node.stop(30)
                 except Exception:
                     node.kill()
+
+    def __enter__(self) -> Cluster:
+        """Started; stopped on leaving the block (a fixture's `with Cluster(...) as c`)."""
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
 
     def create_topic(self, name: str, partitions: int) -> None:
         deadline = time.monotonic() + 60

@@ -25,14 +25,9 @@ ADMIN_APIS = ("CreateTopics", "DeleteTopics")
 
 @pytest.fixture(scope="module")
 def fresh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """Three new nodes, each started once the previous one listens; the first test gets
-    them right after the last one's ports opened."""
-    cluster = Cluster(tmp_path_factory.mktemp("any-node"))
-    try:
-        cluster.start()
+    """Three new nodes; the first test gets them right after the last one's ports opened."""
+    with Cluster(tmp_path_factory.mktemp("any-node")) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 def _admin_counts(node: NodeProcess) -> dict[str, int]:

@@ -33,12 +33,8 @@ WRITE_METHOD = "/Ydb.Topic.V1.TopicService/StreamWrite"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("client-cluster"))
-    try:
-        c.start()
+    with Cluster(tmp_path_factory.mktemp("client-cluster")) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def endpoints(cluster: Cluster) -> str:

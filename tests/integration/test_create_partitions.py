@@ -38,12 +38,8 @@ SERVED = "kafka_requests{api=CreatePartitions}"
 
 @pytest.fixture(scope="module")
 def three(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    cluster = Cluster(tmp_path_factory.mktemp("grow"))
-    try:
-        cluster.start()
+    with Cluster(tmp_path_factory.mktemp("grow")) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 def _served(node: NodeProcess) -> int:

@@ -57,7 +57,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root = tmp_path_factory.mktemp("acl-admin")
     users = root / "users"
     add_users(users)
-    c = Cluster(
+    with Cluster(
         root,
         "--users",
         str(users),
@@ -68,14 +68,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         "--login-max-failures",
         "1000",
         node_args=Pki(root / "pki").node_args,
-    )
-    try:
-        c.start()
+    ) as c:
         admin = _admin(c, 1)
         wait_until(lambda: _create_topic(admin), "the topic created", timeout=TIMEOUT, every=0.5)
         yield c
-    finally:
-        c.stop()
 
 
 def _config(bootstrap: str, user: str, password: str, mechanism: str) -> dict[str, Any]:
@@ -165,6 +161,17 @@ def _acl_filter(*fields: Any) -> Any:
 
 def _user_futures(futures: Any) -> dict[str, Any]:
     return dict(futures)
+
+
+_ALL = _acl_filter(
+    ResourceType.ANY,
+    None,
+    ResourcePatternType.ANY,
+    None,
+    None,
+    AclOperation.ANY,
+    AclPermissionType.ANY,
+)
 
 
 BOB_DESCRIBE = AclBinding(
@@ -378,31 +385,31 @@ def _kp_upsertion(user: str, iterations: int) -> Any:
     return KpUpsertion(user, KpMechanism.SCRAM_SHA_256, NEW_PASSWORD, iterations=iterations)
 
 
-def test_a_user_without_alter_on_the_cluster_is_refused(cluster: Cluster) -> None:
-    bob = _admin(cluster, 1, "bob")
-    flt = _acl_filter(
-        ResourceType.ANY,
-        None,
-        ResourcePatternType.ANY,
-        None,
-        None,
-        AclOperation.ANY,
-        AclPermissionType.ANY,
-    )
-    denied = KafkaError.CLUSTER_AUTHORIZATION_FAILED
-    # librdkafka drops DescribeAcls' top-level error (an empty list): kafka-python shows it.
-    client = _kafka_python(cluster, 1, "bob")
+def _every_admin_request_refused(
+    admin: AdminClient, client: KafkaAdminClient, code: int, error: type[Exception]
+) -> None:
+    """DescribeAcls, CreateAcls, DeleteAcls and AlterUserScramCredentials are each answered
+    with `code`: through kafka-python's `client` (closed here) for DescribeAcls, whose
+    top-level error librdkafka drops (an empty list), through `admin` for the others."""
     try:
-        with pytest.raises(ClusterAuthorizationFailedError):
+        with pytest.raises(error):
             client.describe_acls(_KP_ALL)
     finally:
         client.close()
-    assert _error(bob.create_acls([BOB_DESCRIBE])[BOB_DESCRIBE]) == denied
-    assert _error(bob.delete_acls([flt])[flt]) == denied
+    assert _error(admin.create_acls([BOB_DESCRIBE])[BOB_DESCRIBE]) == code
+    assert _error(admin.delete_acls([_ALL])[_ALL]) == code
     upsert = UserScramCredentialUpsertion(
         "bob", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192), b"new-bob-Pw"
     )
-    assert _error(bob.alter_user_scram_credentials([upsert])["bob"]) == denied
+    assert _error(admin.alter_user_scram_credentials([upsert])["bob"]) == code
+
+
+def test_a_user_without_alter_on_the_cluster_is_refused(cluster: Cluster) -> None:
+    bob = _admin(cluster, 1, "bob")
+    denied = KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    _every_admin_request_refused(
+        bob, _kafka_python(cluster, 1, "bob"), denied, ClusterAuthorizationFailedError
+    )
     assert _error(_user_futures(bob.describe_user_scram_credentials(["bob"]))["bob"]) == denied
     # Nothing changed: bob still logs in with his password, and is still not allowed.
     assert not _bob_may_describe(cluster, 1)
@@ -411,27 +418,11 @@ def test_a_user_without_alter_on_the_cluster_is_refused(cluster: Cluster) -> Non
 def test_with_security_off_the_answer_is_security_disabled(tmp_path: Path) -> None:
     with NodeProcess(tmp_path / "data") as node:
         admin = AdminClient({"bootstrap.servers": node.bootstrap})
-        flt = _acl_filter(
-            ResourceType.ANY,
-            None,
-            ResourcePatternType.ANY,
-            None,
-            None,
-            AclOperation.ANY,
-            AclPermissionType.ANY,
+        _every_admin_request_refused(
+            admin,
+            KafkaAdminClient(bootstrap_servers=node.bootstrap),
+            KafkaError.SECURITY_DISABLED,
+            SecurityDisabledError,
         )
-        disabled = KafkaError.SECURITY_DISABLED
-        client = KafkaAdminClient(bootstrap_servers=node.bootstrap)
-        try:
-            with pytest.raises(SecurityDisabledError):
-                client.describe_acls(_KP_ALL)
-        finally:
-            client.close()
-        assert _error(admin.create_acls([BOB_DESCRIBE])[BOB_DESCRIBE]) == disabled
-        assert _error(admin.delete_acls([flt])[flt]) == disabled
-        upsert = UserScramCredentialUpsertion(
-            "bob", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192), b"bob-Pw"
-        )
-        assert _error(admin.alter_user_scram_credentials([upsert])["bob"]) == disabled
         # The node still serves: its metadata is there.
         assert admin.list_topics(timeout=10).brokers

@@ -40,12 +40,8 @@ pytestmark = pytest.mark.filterwarnings("ignore:alter_configs has been deprecate
 
 @pytest.fixture(scope="module")
 def three(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    cluster = Cluster(tmp_path_factory.mktemp("configs"), "--retention-check-ms", "300")
-    try:
-        cluster.start()
+    with Cluster(tmp_path_factory.mktemp("configs"), "--retention-check-ms", "300") as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 def _agreed_controller(cluster: Cluster) -> int:

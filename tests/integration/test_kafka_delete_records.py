@@ -13,7 +13,6 @@ from __future__ import annotations
 import socket
 import struct
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -49,12 +48,7 @@ UNKNOWN_LEADER_EPOCH = 75
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("delete-records"), "--retention-check-ms", "200")
-    try:
-        # The three start together: each start waits for its node to listen.
-        with ThreadPoolExecutor(len(c.nodes)) as pool:
-            for started in [pool.submit(node.start) for node in c.nodes.values()]:
-                started.result()
+    with Cluster(tmp_path_factory.mktemp("delete-records"), "--retention-check-ms", "200") as c:
         admin = AdminClient({"bootstrap.servers": c.alive_bootstrap()})
 
         def created() -> bool:
@@ -75,8 +69,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             producer.produce(TOPIC, value=b"%04d" % i + b"." * 100)
         assert producer.flush(30) == 0
         yield c
-    finally:
-        c.stop()
 
 
 # -- raw requests ------------------------------------------------------------------------

@@ -58,16 +58,12 @@ GROUP_ID_NOT_FOUND = "GroupIdNotFoundError"
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root: Path = tmp_path_factory.mktemp("groups-admin")
-    c = Cluster(root, "--group-initial-rebalance-delay-ms", "100")
-    try:
-        c.start()
+    with Cluster(root, "--group-initial-rebalance-delay-ms", "100") as c:
         c.create_topic(TOPIC, PARTITIONS)
         c.create_topic(OTHER, 1)
         c.create_topic(ELECTED, 1)
         confluent_produce(c.bootstrap, TOPIC, [(b"k%d" % i, b"m%d" % i) for i in range(MESSAGES)])
         yield c
-    finally:
-        c.stop()
 
 
 def _consumer(cluster: Cluster, group: str, **extra: Any) -> Consumer:

@@ -11,7 +11,6 @@ Marked slow: a three-node cluster, an election and 30 MB of records.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -30,12 +29,8 @@ VALUE = 10_000  # bytes: 30 MB, several Fetch responses of at most 8 MiB each
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    nodes = Cluster(Path(tmp_path_factory.mktemp("cluster")))
-    nodes.start()
-    try:
+    with Cluster(tmp_path_factory.mktemp("cluster")) as nodes:
         yield nodes
-    finally:
-        nodes.stop()
 
 
 def test_a_killed_leader_mid_range_is_followed(cluster: Cluster) -> None:

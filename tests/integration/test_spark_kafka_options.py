@@ -63,18 +63,26 @@ def produce(bootstrap: str, topic: str, count: int, first: int = 0, partitions: 
     assert not errors, errors
 
 
+def new_topic(node: NodeProcess, prefix: str, count: int) -> str:
+    """A topic of its own for a test, one partition, holding records ``0..count-1``."""
+    topic = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    confluent_create_topic(node.bootstrap, topic, 1)
+    produce(node.bootstrap, topic, count)
+    return topic
+
+
+def vdl_source(reader: Any, node: NodeProcess, options: dict[str, str]) -> Any:
+    """The ``vdl`` source on ``node`` with ``options``, through Spark's batch
+    (``spark.read``) or streaming (``spark.readStream``) reader."""
+    return reader.format("vdl").option("bootstrap", node.bootstrap).options(**options).load()
+
+
 def read(spark: Any, node: NodeProcess, **options: str) -> Any:
-    reader = spark.read.format("vdl").option("bootstrap", node.bootstrap)
-    for name, value in options.items():
-        reader = reader.option(name, value)
-    return reader.load()
+    return vdl_source(spark.read, node, options)
 
 
 def stream(spark: Any, node: NodeProcess, **options: str) -> Any:
-    reader = spark.readStream.format("vdl").option("bootstrap", node.bootstrap)
-    for name, value in options.items():
-        reader = reader.option(name, value)
-    return reader.load().selectExpr(
+    return vdl_source(spark.readStream, node, options).selectExpr(
         "topic", "partition", "offset", "CAST(value AS STRING) AS value"
     )
 
@@ -212,9 +220,7 @@ def test_conflicting_options_fail_with_sparks_messages(spark: Any, node: NodePro
 def test_min_offsets_per_trigger_holds_small_batches_back(
     spark: Any, node: NodeProcess, tmp_path: Any
 ) -> None:
-    topic = f"gate-{uuid.uuid4().hex[:6]}"
-    confluent_create_topic(node.bootstrap, topic, 1)
-    produce(node.bootstrap, topic, 5)
+    topic = new_topic(node, "gate", 5)
     query = to_memory(
         stream(
             spark,
@@ -249,9 +255,7 @@ def test_min_offsets_per_trigger_holds_small_batches_back(
 def test_max_trigger_delay_runs_a_small_batch_in_the_end(
     spark: Any, node: NodeProcess, tmp_path: Any
 ) -> None:
-    topic = f"delay-{uuid.uuid4().hex[:6]}"
-    confluent_create_topic(node.bootstrap, topic, 1)
-    produce(node.bootstrap, topic, 5)
+    topic = new_topic(node, "delay", 5)
     query = to_memory(
         stream(
             spark,
@@ -280,9 +284,7 @@ def test_max_trigger_delay_runs_a_small_batch_in_the_end(
 def test_available_now_ignores_min_offsets_but_keeps_the_cap(
     spark: Any, node: NodeProcess, tmp_path: Any
 ) -> None:
-    topic = f"now-{uuid.uuid4().hex[:6]}"
-    confluent_create_topic(node.bootstrap, topic, 1)
-    produce(node.bootstrap, topic, 100)
+    topic = new_topic(node, "now", 100)
     query = to_memory(
         stream(
             spark,

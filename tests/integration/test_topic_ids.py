@@ -49,14 +49,10 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
 
 @pytest.fixture(scope="module")
 def three(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    cluster = Cluster(tmp_path_factory.mktemp("ids3"))
-    try:
-        cluster.start()
+    with Cluster(tmp_path_factory.mktemp("ids3")) as cluster:
         # Returns once the metadata group has a leader and takes topic changes.
         cluster.create_topic("first", 1)
         yield cluster
-    finally:
-        cluster.stop()
 
 
 def _metadata(port: int, version: int, topics: list[Any] | None, **fields: Any) -> Any:

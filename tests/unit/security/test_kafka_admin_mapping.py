@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 from kafka.protocol.admin import CreateAclsRequest
 
-from vdl.net.kafka.apis.acls_admin import _entry_of, _Filter, _Refused
+from vdl.net.kafka.apis.acls_admin import _entry_of, _Filter
+from vdl.net.kafka.apis.security_admin import Refused
 from vdl.security.acl import AclEntry, Operation, Pattern, Permission, ResourceType
 from vdl.security.scram import credential_from_salted, make_credential
 from vdl.security.user_table import decode_user
@@ -53,7 +54,7 @@ def test_a_binding_maps_exactly() -> None:
     ],
 )
 def test_what_vdl_cannot_express_is_refused(fields: dict[str, Any], why: str) -> None:
-    with pytest.raises(_Refused) as refused:
+    with pytest.raises(Refused) as refused:
         _entry_of(creation(**fields))
     assert refused.value.code == 42 and why in refused.value.message
 
@@ -75,7 +76,7 @@ def test_match_filters_find_the_entries_that_apply() -> None:
     unmodelled_operation = _Filter(ANY, None, ANY, None, None, CLUSTER_ACTION, ANY)
     unmodelled_operation.check()
     assert not any(unmodelled_operation.matches(e) for e in entries)
-    with pytest.raises(_Refused):
+    with pytest.raises(Refused):
         _Filter(0, None, ANY, None, None, ANY, ANY).check()
 
 

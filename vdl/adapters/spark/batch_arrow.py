@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -76,6 +76,20 @@ class CorruptBatchError(ValueError):
     """Record batch bytes that do not follow the RecordBatch v2 format."""
 
 
+class _Batches(NamedTuple):
+    """The kept batches of one Fetch response, as the compiled walk reads them: their
+    records' bytes and, one entry per batch, where its records lie in ``buf`` and what its
+    header says. A named tuple of arrays, which numba takes as it is."""
+
+    buf: U8
+    begin: I64  # where the batch's records start in ``buf``
+    end: I64  # and end
+    records: I64  # the record count in its header
+    base_offset: I64
+    base_ts: I64  # its first timestamp
+    append_ts: I64  # its max timestamp if LogAppendTime, else -1
+
+
 @njit(cache=True)
 def _varint(buf: U8, pos: int, limit: int, max_bytes: int) -> tuple[int, int]:
     """A zigzag varint at ``pos`` (Protocol Buffers encoding); position -1 when malformed."""
@@ -96,13 +110,7 @@ def _varint(buf: U8, pos: int, limit: int, max_bytes: int) -> tuple[int, int]:
 
 @njit(cache=True)
 def _walk(
-    buf: U8,
-    batch_from: I64,
-    batch_to: I64,
-    batch_records: I64,
-    batch_base_offset: I64,
-    batch_base_ts: I64,
-    batch_append_ts: I64,
+    batches: _Batches,
     start: int,
     end: int,
     with_headers: bool,
@@ -124,6 +132,9 @@ def _walk(
     hvalue_valid: U8,
     hvalue_data: U8,
 ) -> None:
+    buf, batch_from, batch_to, batch_records, batch_base_offset, batch_base_ts, batch_append_ts = (
+        batches
+    )
     row = 0
     kbytes = 0
     vbytes = 0
@@ -396,15 +407,18 @@ def decode(
         spans = list(zip((ends - [len(p) for p in parts]).tolist(), ends.tolist(), strict=True))
     else:
         buf = np.frombuffer(view, np.uint8)  # the records as fetched, no copy
+    batches = _Batches(
+        buf,
+        np.array([s for s, _ in spans], np.int64),
+        np.array([e for _, e in spans], np.int64),
+        np.array(record_counts, np.int64),
+        np.array(base_offsets, np.int64),
+        np.array(base_stamps, np.int64),
+        np.array(append_stamps, np.int64),
+    )
     return Decoded(
         _to_arrow(
-            buf,
-            np.array([s for s, _ in spans], np.int64),
-            np.array([e for _, e in spans], np.int64),
-            np.array(record_counts, np.int64),
-            np.array(base_offsets, np.int64),
-            np.array(base_stamps, np.int64),
-            np.array(append_stamps, np.int64),
+            batches,
             topic=topic,
             partition=partition,
             start=max(start, fetch_offset),
@@ -428,13 +442,7 @@ def _drop(info: BatchInfo, aborted: AbortedTransactions) -> bool:
 
 
 def _to_arrow(
-    buf: U8,
-    batch_from: I64,
-    batch_to: I64,
-    batch_records: I64,
-    batch_base_offset: I64,
-    batch_base_ts: I64,
-    batch_append_ts: I64,
+    batches: _Batches,
     *,
     topic: str,
     partition: int,
@@ -443,21 +451,7 @@ def _to_arrow(
     include_headers: bool,
 ) -> pa.RecordBatch | None:
     def walk(counts: I64, fill: bool, *outputs: Any) -> None:
-        _walk(
-            buf,
-            batch_from,
-            batch_to,
-            batch_records,
-            batch_base_offset,
-            batch_base_ts,
-            batch_append_ts,
-            start,
-            end,
-            include_headers,
-            fill,
-            counts,
-            *outputs,
-        )
+        _walk(batches, start, end, include_headers, fill, counts, *outputs)
         if counts[_ERROR]:
             raise CorruptBatchError(
                 f'"{topic}" partition {partition}: corrupt record batch near offset '
@@ -488,12 +482,13 @@ def _to_arrow(
     walk(filled, True, offsets, stamps, key_offsets, key_valid, key_data, value_offsets,
          value_valid, value_data, header_offsets, header_valid, hkey_offsets, hkey_data,
          hvalue_offsets, hvalue_valid, hvalue_data)  # fmt: skip
+    batch_append_ts = batches.append_ts
     kind = LOG_APPEND_TIME if batch_append_ts[0] >= 0 else CREATE_TIME
     if bool(np.all((batch_append_ts >= 0) == (kind == LOG_APPEND_TIME))):
         types = pa.array(np.full(rows, kind, np.int32))
     else:
         per_batch = np.where(batch_append_ts >= 0, LOG_APPEND_TIME, CREATE_TIME).astype(np.int32)
-        types = pa.array(_per_row(per_batch, batch_base_offset, offsets))
+        types = pa.array(_per_row(per_batch, batches.base_offset, offsets))
     columns = [
         _binary(pa.binary(), key_offsets, key_valid, key_data, rows, int(counts[_KEY_BYTES])),
         _binary(

@@ -27,6 +27,7 @@ from vdl.broker.topics import TopicError
 from vdl.cluster.acl_commands import ACL_ADD, ACL_REMOVE, acl_command
 from vdl.log.error_codes import ErrorCode
 from vdl.net.kafka.apis.context import Pending, RequestContext, Response
+from vdl.net.kafka.apis.security_admin import Refused, authorize, who
 from vdl.net.kafka.control_codec import (
     decode_request,
     encode_response,
@@ -88,19 +89,12 @@ def _code(table: dict[int, Any], value: Any) -> int:
     return next(k for k, v in table.items() if v is value)
 
 
-class _Refused(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-def _invalid(message: str) -> _Refused:
-    return _Refused(ErrorCode.INVALID_REQUEST, message)
+def _invalid(message: str) -> Refused:
+    return Refused(ErrorCode.INVALID_REQUEST, message)
 
 
 def _entry_of(creation: Any) -> AclEntry:
-    """A CreateAcls creation as a VDL entry; _Refused if VDL cannot hold it exactly."""
+    """A CreateAcls creation as a VDL entry; Refused if VDL cannot hold it exactly."""
     rtype = creation.resource_type
     if rtype in _RESOURCE_TYPES_UNMODELLED:
         raise _invalid(f"VDL has no ACLs on {_RESOURCE_TYPES_UNMODELLED[rtype]} resources")
@@ -219,10 +213,6 @@ async def _change(ctx: RequestContext, store: AclStore, op: str, entry: AclEntry
     await cluster.run_command(acl_command(op, entry))
 
 
-def _who(ctx: RequestContext) -> str:
-    return ctx.principal or "anonymous"
-
-
 def handle_describe_acls(ctx: RequestContext) -> Pending:
     request = decode_request(ctx.header, ctx.frame)
     store = _store(ctx)
@@ -238,19 +228,17 @@ def handle_describe_acls(ctx: RequestContext) -> Pending:
             )
             return encode_response(ctx.header, response)
 
-        if store is None:
-            return answer(ErrorCode.SECURITY_DISABLED, "security is off on this node", [])
-        if not ctx.may_cluster(Operation.DESCRIBE):
-            return answer(
-                ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "DESCRIBE on the cluster is needed", []
-            )
+        try:
+            acls = authorize(ctx, store, Operation.DESCRIBE)
+        except Refused as exc:
+            return answer(exc.code, exc.message, [])
         flt = _filter_of(request)
         try:
             flt.check()
-        except _Refused as exc:
-            log.warning("DescribeAcls from %s refused: %s", _who(ctx), exc.message)
+        except Refused as exc:
+            log.warning("DescribeAcls from %s refused: %s", who(ctx), exc.message)
             return answer(exc.code, exc.message, [])
-        return answer(ErrorCode.NONE, None, _describe_resources(ctx, store.entries(), flt))
+        return answer(ErrorCode.NONE, None, _describe_resources(ctx, acls.entries(), flt))
 
     return run
 
@@ -291,19 +279,14 @@ def handle_create_acls(ctx: RequestContext) -> Pending:
         for creation in request.creations:
             code, message = ErrorCode.NONE, None
             try:
-                if store is None:
-                    raise _Refused(ErrorCode.SECURITY_DISABLED, "security is off on this node")
-                if not ctx.may_cluster(Operation.ALTER):
-                    raise _Refused(
-                        ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "ALTER on the cluster is needed"
-                    )
+                acls = authorize(ctx, store, Operation.ALTER)
                 entry = _entry_of(creation)
-                await _change(ctx, store, ACL_ADD, entry)
-                log.info("ACL added by %s (Kafka): %s", _who(ctx), entry.describe())
-            except _Refused as exc:
+                await _change(ctx, acls, ACL_ADD, entry)
+                log.info("ACL added by %s (Kafka): %s", who(ctx), entry.describe())
+            except Refused as exc:
                 code, message = exc.code, exc.message
                 if code is not ErrorCode.SECURITY_DISABLED:
-                    log.warning("CreateAcls from %s refused: %s", _who(ctx), message)
+                    log.warning("CreateAcls from %s refused: %s", who(ctx), message)
             except TopicError as exc:
                 code, message = exc.error, str(exc)
             results.append(cls.AclCreationResult(error_code=int(code), error_message=message))
@@ -327,21 +310,16 @@ def handle_delete_acls(ctx: RequestContext) -> Pending:
             matched: list[Any] = []
             code, message = ErrorCode.NONE, None
             try:
-                if store is None:
-                    raise _Refused(ErrorCode.SECURITY_DISABLED, "security is off on this node")
-                if not ctx.may_cluster(Operation.ALTER):
-                    raise _Refused(
-                        ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "ALTER on the cluster is needed"
-                    )
+                acls = authorize(ctx, store, Operation.ALTER)
                 flt = _filter_of(raw)
                 flt.check()
                 for entry in entries:
                     if flt.matches(entry):
-                        matched.append(await _delete_one(ctx, store, entry, result_cls))
-            except _Refused as exc:
+                        matched.append(await _delete_one(ctx, acls, entry, result_cls))
+            except Refused as exc:
                 code, message = exc.code, exc.message
                 if code is not ErrorCode.SECURITY_DISABLED:
-                    log.warning("DeleteAcls from %s refused: %s", _who(ctx), message)
+                    log.warning("DeleteAcls from %s refused: %s", who(ctx), message)
             results.append(
                 result_cls(error_code=int(code), error_message=message, matching_acls=matched)
             )
@@ -354,7 +332,7 @@ async def _delete_one(ctx: RequestContext, store: AclStore, entry: AclEntry, cls
     code, message = ErrorCode.NONE, None
     try:
         await _change(ctx, store, ACL_REMOVE, entry)
-        log.info("ACL removed by %s (Kafka): %s", _who(ctx), entry.describe())
+        log.info("ACL removed by %s (Kafka): %s", who(ctx), entry.describe())
     except TopicError as exc:
         code, message = exc.error, str(exc)
     return cls.DeleteAclsMatchingAcl(

@@ -21,6 +21,7 @@ from vdl.groups.offsets import TopicPartition
 from vdl.log.error_codes import ErrorCode
 from vdl.net.kafka.apis.context import Pending, RequestContext, Response, ready
 from vdl.net.kafka.apis.groups import group_service, serving, unavailable
+from vdl.net.kafka.apis.offsets_commit import partition_errors
 from vdl.net.kafka.control_codec import decode_request, encode_response
 from vdl.security.acl import Operation
 
@@ -175,19 +176,7 @@ def handle_offset_delete(ctx: RequestContext) -> Pending:
             throttle_time_ms=0,
             topics=[]
             if error != ErrorCode.NONE
-            else [
-                _DeleteTopic(
-                    name=topic.name,
-                    partitions=[
-                        _DeletePartition(
-                            partition_index=p.partition_index,
-                            error_code=int(errors[(topic.name, p.partition_index)]),
-                        )
-                        for p in topic.partitions
-                    ],
-                )
-                for topic in request.topics
-            ],
+            else partition_errors(request.topics, errors, _DeleteTopic, _DeletePartition),
             version=ctx.version,
         )
         return encode_response(ctx.header, response)

@@ -82,24 +82,32 @@ def handle_offset_commit(ctx: RequestContext) -> Pending:
     return ready(_commit_response(ctx, request, errors))
 
 
+def partition_errors(
+    topics: Any, errors: dict[TopicPartition, ErrorCode], topic_cls: Any, partition_cls: Any
+) -> list[Any]:
+    """Each requested topic and partition, in request order, with its error in `errors`:
+    the topics of an OffsetCommit or OffsetDelete response (both have this shape)."""
+    return [
+        topic_cls(
+            name=topic.name,
+            partitions=[
+                partition_cls(
+                    partition_index=p.partition_index,
+                    error_code=int(errors[(topic.name, p.partition_index)]),
+                )
+                for p in topic.partitions
+            ],
+        )
+        for topic in topics
+    ]
+
+
 def _commit_response(
     ctx: RequestContext, request: Any, errors: dict[TopicPartition, ErrorCode]
 ) -> bytes:
     response = OffsetCommitResponse(
         throttle_time_ms=0,
-        topics=[
-            _CommitTopic(
-                name=topic.name,
-                partitions=[
-                    _CommitPartition(
-                        partition_index=p.partition_index,
-                        error_code=int(errors[(topic.name, p.partition_index)]),
-                    )
-                    for p in topic.partitions
-                ],
-            )
-            for topic in request.topics
-        ],
+        topics=partition_errors(request.topics, errors, _CommitTopic, _CommitPartition),
         version=ctx.version,
     )
     return encode_response(ctx.header, response)

@@ -33,6 +33,7 @@ from vdl.broker.topics import TopicError
 from vdl.cluster.user_commands import user_put_command, user_remove_command
 from vdl.log.error_codes import ErrorCode
 from vdl.net.kafka.apis.context import Pending, RequestContext, Response
+from vdl.net.kafka.apis.security_admin import Refused, authorize, who
 from vdl.net.kafka.control_codec import (
     decode_request,
     encode_response,
@@ -56,13 +57,6 @@ MECHANISMS: dict[int, str] = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
 _CODES = {name: code for code, name in MECHANISMS.items()}
 
 
-class _Refused(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
 def _users(ctx: RequestContext) -> UserStore | None:
     security = ctx.security
     return None if security is None else security.users
@@ -76,24 +70,16 @@ def handle_describe_user_scram_credentials(ctx: RequestContext) -> Pending:
         cls = response_class(ctx.header.api_key, ctx.header.api_version)
         names = [u.name for u in request.users] if request.users else None
         top, top_message = ErrorCode.NONE, None
-        if store is None:
-            top, top_message = ErrorCode.SECURITY_DISABLED, "security is off on this node"
-        elif not ctx.may_cluster(Operation.DESCRIBE):
-            top, top_message = (
-                ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
-                "DESCRIBE on the cluster is needed",
-            )
-        results = []
-        if top is not ErrorCode.NONE:
-            for name in names or []:
-                results.append(
-                    cls.DescribeUserScramCredentialsResult(
-                        user=name, error_code=int(top), error_message=top_message
-                    )
+        try:
+            results = _describe(cls, authorize(ctx, store, Operation.DESCRIBE), names)
+        except Refused as exc:
+            top, top_message = exc.code, exc.message
+            results = [
+                cls.DescribeUserScramCredentialsResult(
+                    user=name, error_code=int(top), error_message=top_message
                 )
-        else:
-            assert store is not None
-            results = _describe(cls, store, names)
+                for name in names or []
+            ]
         if names:
             # Kafka sets the error at the top too, but librdkafka (2.16) frees memory it
             # does not own on a top-level error; the per-user results carry it alone.
@@ -150,21 +136,12 @@ def handle_alter_user_scram_credentials(ctx: RequestContext) -> Pending:
         for name, items in alterations.items():
             code, message = ErrorCode.NONE, None
             try:
-                if store is None:
-                    raise _Refused(ErrorCode.SECURITY_DISABLED, "security is off on this node")
-                if not ctx.may_cluster(Operation.ALTER):
-                    raise _Refused(
-                        ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "ALTER on the cluster is needed"
-                    )
-                await _alter(ctx, store, name, items)
-            except _Refused as exc:
+                await _alter(ctx, authorize(ctx, store, Operation.ALTER), name, items)
+            except Refused as exc:
                 code, message = exc.code, exc.message
                 if code is not ErrorCode.SECURITY_DISABLED:
                     log.warning(
-                        "AlterUserScramCredentials of %r by %s refused: %s",
-                        name,
-                        ctx.principal or "anonymous",
-                        message,
+                        "AlterUserScramCredentials of %r by %s refused: %s", name, who(ctx), message
                     )
             except TopicError as exc:
                 code, message = exc.error, str(exc)
@@ -184,31 +161,31 @@ def _is_upsertion(item: Any) -> bool:
 
 def _check(name: str, items: list[Any]) -> None:
     if not name:
-        raise _Refused(ErrorCode.UNACCEPTABLE_CREDENTIAL, "the user name must not be empty")
+        raise Refused(ErrorCode.UNACCEPTABLE_CREDENTIAL, "the user name must not be empty")
     for item in items:
         if item.mechanism not in MECHANISMS:
-            raise _Refused(
+            raise Refused(
                 ErrorCode.UNSUPPORTED_SASL_MECHANISM,
                 f"unknown SCRAM mechanism {item.mechanism} (VDL has SCRAM-SHA-256 and -512)",
             )
     if max(Counter(item.mechanism for item in items).values()) > 1:
-        raise _Refused(
+        raise Refused(
             ErrorCode.DUPLICATE_RESOURCE, "a user credential cannot be altered twice in a request"
         )
     try:
         check_user_name(name)
     except UsersFileError as exc:
-        raise _Refused(ErrorCode.INVALID_REQUEST, str(exc)) from None
+        raise Refused(ErrorCode.INVALID_REQUEST, str(exc)) from None
     for item in items:
         if not _is_upsertion(item):
             continue
         if not MIN_ITERATIONS <= item.iterations <= MAX_ITERATIONS:
-            raise _Refused(
+            raise Refused(
                 ErrorCode.UNACCEPTABLE_CREDENTIAL,
                 f"iterations {item.iterations} outside {MIN_ITERATIONS}..{MAX_ITERATIONS}",
             )
         if not item.salt or not item.salted_password:
-            raise _Refused(
+            raise Refused(
                 ErrorCode.UNACCEPTABLE_CREDENTIAL, "the salt and salted password must be set"
             )
 
@@ -227,11 +204,10 @@ async def _alter(ctx: RequestContext, store: UserStore, name: str, items: list[A
             # A salted password gives no pbkdf2 hash; the old one must not stay valid.
             password_hash = NO_PASSWORD
         elif scram.pop(mechanism, None) is None:
-            raise _Refused(
+            raise Refused(
                 ErrorCode.RESOURCE_NOT_FOUND,
                 f"attempt to delete a {mechanism} credential that does not exist",
             )
-    who = ctx.principal or "anonymous"
     cluster = ctx.broker.cluster
     if not scram:
         if cluster is not None:
@@ -239,7 +215,7 @@ async def _alter(ctx: RequestContext, store: UserStore, name: str, items: list[A
         else:
             assert store.table is not None
             store.table.remove(name)
-        log.info("user %s removed by %s (Kafka: last SCRAM credential deleted)", name, who)
+        log.info("user %s removed by %s (Kafka: last SCRAM credential deleted)", name, who(ctx))
         return
     user = User(name, password_hash, scram)
     if cluster is not None:
@@ -247,4 +223,6 @@ async def _alter(ctx: RequestContext, store: UserStore, name: str, items: list[A
     else:
         assert store.table is not None
         store.table.put(user)
-    log.info("SCRAM credentials of %s set by %s (Kafka): %s", name, who, ", ".join(sorted(scram)))
+    log.info(
+        "SCRAM credentials of %s set by %s (Kafka): %s", name, who(ctx), ", ".join(sorted(scram))
+    )
