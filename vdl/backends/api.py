@@ -86,6 +86,9 @@ class LogStoreOptions:
     # off by default (see vdl/backends/segment/preallocate.py for the measurements).
     preallocate: bool = False
     retention: LogRetention = LogRetention()
+    # segment.ms: a DATA entry whose batch is more than this newer than the active
+    # segment's first batch starts a new segment (None: by size only). Segment store only.
+    segment_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +272,11 @@ class LogStore(Protocol):
     def set_retention(self, retention: LogRetention) -> None:
         """Use `retention` from the next `apply_retention` on (a topic's retention settings
         changed while the store is open)."""
+        ...
+
+    def set_segment_ms(self, segment_ms: int | None) -> None:
+        """Use `segment_ms` (segment.ms: see LogStoreOptions) from the next append on (the
+        topic's setting changed while the store is open); None: roll by size only."""
         ...
 
     def segment_count(self) -> int:

@@ -138,6 +138,7 @@ class Broker:
             segment_bytes=int(self.topic_config(topic, "segment.bytes")),
             preallocate=self._preallocate_segments,
             retention=self._retention(topic),
+            segment_ms=self._segment_ms(topic),
         )
         append_time = self.topic_config(topic, "message.timestamp.type") == "LogAppendTime"
         store = open_log_store(self._log_backend, directory, options)
@@ -162,18 +163,30 @@ class Broker:
             max_age_ms=retention_ms if retention_ms >= 0 else None,
         )
 
+    def _segment_ms(self, topic: Topic) -> int:
+        """How far apart in batch time a segment's batches may lie: segment.ms, or for a
+        compacted topic max.compaction.lag.ms if smaller, so that records become
+        cleanable in time (KIP-354)."""
+        segment_ms = int(self.topic_config(topic, "segment.ms"))
+        if is_compacted(self.topic_config(topic, "cleanup.policy")):
+            segment_ms = min(segment_ms, int(self.topic_config(topic, "max.compaction.lag.ms")))
+        return segment_ms
+
     def topic_updated(self, topic: Topic) -> None:
         """Record a topic's new definition (made here, or applied from the metadata group)
         and give its open streams the settings they apply at run time: retention (from the
-        next retention pass) and message.timestamp.type. max.message.bytes and the
-        timestamp limits are read per produce; segment.bytes applies from the next start."""
+        next retention pass), segment.ms (from the next append) and
+        message.timestamp.type. max.message.bytes and the timestamp limits are read per
+        produce; segment.bytes applies from the next start."""
         self.catalog.update(topic)
         retention = self._retention(topic)
+        segment_ms = self._segment_ms(topic)
         append_time = self.topic_config(topic, "message.timestamp.type") == "LogAppendTime"
         for partition in range(topic.partitions):
             stream = self._streams.get((topic.name, partition))
             if stream is not None:
                 stream.store.set_retention(retention)
+                stream.store.set_segment_ms(segment_ms)
                 stream.set_log_append_time(append_time)
 
     def hosted_streams(self) -> list[tuple[str, int, LogStream]]:
@@ -448,6 +461,7 @@ class Broker:
             delete_retention_ms=int(self.topic_config(topic, "delete.retention.ms")),
             min_cleanable_dirty_ratio=float(self.topic_config(topic, "min.cleanable.dirty.ratio")),
             min_compaction_lag_ms=int(self.topic_config(topic, "min.compaction.lag.ms")),
+            max_compaction_lag_ms=int(self.topic_config(topic, "max.compaction.lag.ms")),
         )
 
     async def close(self) -> None:

@@ -49,6 +49,12 @@ def topic_config_specs(
         "delete.retention.ms": ConfigSpec("86400000", int, minimum=0),
         "min.cleanable.dirty.ratio": ConfigSpec("0.5", float),
         "min.compaction.lag.ms": ConfigSpec("0", int, minimum=0),
+        # A record is cleanable at most this long after it was written (KIP-354); for a
+        # compacted topic the active segment rolls by it too. Kafka's default: no limit.
+        "max.compaction.lag.ms": ConfigSpec(str(_LONG_MAX), int, minimum=1),
+        # Roll the active segment once a batch is this much newer than its first one
+        # (by batch timestamps, vdl/backends/segment/store.py). Kafka's default: 7 days.
+        "segment.ms": ConfigSpec("604800000", int, minimum=1),
         "retention.ms": ConfigSpec(str(retention_ms), int),
         "retention.bytes": ConfigSpec(str(retention_bytes), int),
         "segment.bytes": ConfigSpec(str(segment_bytes), int),
@@ -117,6 +123,22 @@ def validate_configs(specs: Mapping[str, ConfigSpec], configs: Mapping[str, str]
             raise TopicError(
                 ErrorCode.INVALID_CONFIG, f"{key} must be one of {', '.join(spec.choices)}"
             )
+    _check_compaction_lags(specs, configs)
+
+
+def _check_compaction_lags(specs: Mapping[str, ConfigSpec], configs: Mapping[str, str]) -> None:
+    """min.compaction.lag.ms may not exceed max.compaction.lag.ms (Kafka refuses the pair
+    as a conflict, KIP-354)."""
+    if "min.compaction.lag.ms" not in specs or "max.compaction.lag.ms" not in specs:
+        return
+    least = int(configs.get("min.compaction.lag.ms", specs["min.compaction.lag.ms"].default))
+    most = int(configs.get("max.compaction.lag.ms", specs["max.compaction.lag.ms"].default))
+    if least > most:
+        raise TopicError(
+            ErrorCode.INVALID_CONFIG,
+            f"conflicting topic configs: min.compaction.lag.ms ({least}) is greater than "
+            f"max.compaction.lag.ms ({most})",
+        )
 
 
 @dataclass(frozen=True, slots=True)

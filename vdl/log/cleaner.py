@@ -6,8 +6,12 @@ cleaned copies (vdl/backends/segment/cleaning.py), and the event loop swaps the 
 each only if its segment is still the one held; meanwhile appends, reads and replication
 go on, and a truncation, snapshot install or close breaks the hold, leaving the log as it
 is. Only the segment backend cleans; with another backend a compacted topic keeps every
-record
-(keyless records are still refused at produce).
+record (keyless records are still refused at produce).
+
+When a pass runs: when the part no earlier pass cleaned is at least
+min.cleanable.dirty.ratio of the cleanable bytes, or (KIP-354) when its first batch is
+older than max.compaction.lag.ms by this node's clock, however small that part is. The
+clock only decides when a replica cleans, never what a pass writes.
 """
 
 from __future__ import annotations
@@ -39,7 +43,11 @@ async def clean_stream(stream: LogStream, settings: CompactionSettings, now_ms: 
             return 0
         total = sum(file.size for file in files)
         dirty = sum(file.size for file in files if file.last_index > stream.cleaned_through)
-        if dirty == 0 or dirty < settings.min_cleanable_dirty_ratio * total:
+        if dirty == 0:
+            return 0
+        if dirty < settings.min_cleanable_dirty_ratio * total and not _overdue(
+            store, stream.cleaned_through, settings, now_ms
+        ):
             return 0
         try:
             staged = await trio.to_thread.run_sync(
@@ -61,3 +69,14 @@ async def clean_stream(stream: LogStream, settings: CompactionSettings, now_ms: 
     finally:
         pin.release()
         remove_staging(staged)
+
+
+def _overdue(
+    store: SegmentLogStore, cleaned_through: int, settings: CompactionSettings, now_ms: int
+) -> bool:
+    """max.compaction.lag.ms (KIP-354): whether the first batch no pass has cleaned yet was
+    written longer ago than that, so the pass must run whatever the dirty ratio."""
+    first = store.first_timestamp_after(cleaned_through)
+    # The default, Kafka's Long.MAX_VALUE, means never; a batch without timestamps (-1)
+    # never makes a pass overdue.
+    return first is not None and first >= 0 and now_ms - first > settings.max_compaction_lag_ms

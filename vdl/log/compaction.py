@@ -8,12 +8,26 @@ lastOffsetDelta, and each record kept keeps its offsetDelta (and its bytes), so 
 follower catching up from a cleaned segment, or receiving it whole in a snapshot, gets a
 valid log with the same offsets, and consumers see gaps exactly as Kafka consumers expect.
 Cleaning is deterministic: its output depends only on the input batches and the settings,
-never on a clock, so replicas cleaning the same segments write the same bytes (segments
-roll at the same entries on every replica when they are not preallocated; a replica that
-caught up from a cleaned log rolled at other entries, and holds the same records at the
-same offsets once it has cleaned as far). Each replica's own choice of when to clean only
-decides how far it has cleaned, not what the result is: cleaning up to a later point
-removes a superset of what an earlier point removed, whatever passes came before.
+never on a clock, so replicas cleaning the same segments write the same bytes. Each
+replica's own choice of when to clean only decides how far it has cleaned, not what the
+result is: cleaning up to a later point removes a superset of what an earlier point
+removed, whatever passes came before.
+
+Byte for byte: a cleaned segment's log file, raft index and log index on a follower equal
+the leader's once both have cleaned through it (tests/integration/test_kafka_segment_roll.py
+compares them). That holds because the segments themselves agree: a segment rolls before
+the same entry on every replica, by segment.bytes (the size of the entries before it)
+and segment.ms (batch timestamps in the log, never a node's clock:
+vdl/backends/segment/store.py `time_to_roll`), and its file name is its first entry's
+index and offset. Where the segments can differ, the records still agree (the same
+records at the same offsets once each replica has cleaned as far), but the files do not:
+- with --segment-preallocate, a segment also rolls early when the node's spare file
+  becomes ready, which is a matter of each node's timing;
+- a replica that caught up from a snapshot holds the leader's files as they were sent,
+  and rolls where its own appends start;
+- a change of segment.bytes (taken when the partition is opened again) or segment.ms
+  (taken when the metadata group's change reaches the node) starts at its own entry on
+  each replica, so the segment open at the time may end at another entry on each.
 
 Why per replica and not on the leader: the Raft log is what replication and snapshots
 read, and every replica already holds it, so cleaning in place ships nothing; a leader
@@ -23,7 +37,9 @@ durable are cleaned (never entries a truncation could still remove), a segment b
 sent in a snapshot is skipped, and each entry keeps its index, term and type.
 
 The rules, per pass over the cleanable segments (closed, committed, and every record in
-them older than min.compaction.lag.ms, KIP-58):
+them older than min.compaction.lag.ms, KIP-58; the active segment is never cleaned, and
+rolls by segment.ms, for a compacted topic by max.compaction.lag.ms if that is smaller,
+as KIP-354 has it):
 - The key map is the last offset of every key in the cleanable segments. A record is kept
   if it is the one at its key's last offset; a record without a key is dropped (a
   compacted topic refuses them at produce, so only a topic switched to compact has any).
@@ -39,11 +55,16 @@ them older than min.compaction.lag.ms, KIP-58):
   batch stays, because each is a Raft entry whose index cannot leave the log, and its
   offset range keeps the producer state of idempotent producers rebuilt from the headers.
 - A pass runs when the part cleaned by no earlier pass is at least
-  min.cleanable.dirty.ratio of the cleanable bytes. With compact,delete the time and size
+  min.cleanable.dirty.ratio of the cleanable bytes, or when that part's first batch is
+  older than max.compaction.lag.ms (KIP-354). With compact,delete the time and size
   retention (retention.ms, retention.bytes) removes whole segments as for delete.
 
-Transactions are refused by the Kafka front end, so no batch here is transactional or a
-control batch; such a batch is kept as it is.
+Transactional batches and control batches (KIP-98's markers) are kept as they are, byte
+for byte, and their keys do not enter the key map: the records of an aborted transaction
+stay in the log with their marker, so the aborted-transaction index rebuilt from the log
+still hides them from read_committed readers (Fetch, YDB readers), and no record is ever
+removed because an aborted one superseded it. Committed transactional records are
+therefore not compacted (Kafka's cleaner compacts them and drops aborted ones).
 """
 
 from __future__ import annotations
@@ -71,6 +92,7 @@ from vdl.log.record_batch import InvalidBatch
 
 Buffer = bytes | bytearray | memoryview
 
+LONG_MAX = 2**63 - 1
 POLICY_DELETE = "delete"
 POLICY_COMPACT = "compact"
 # The values of cleanup.policy, in Kafka's spelling (a list; order does not matter).
@@ -92,6 +114,7 @@ class CompactionSettings:
     delete_retention_ms: int = 86_400_000  # Kafka's default: one day
     min_cleanable_dirty_ratio: float = 0.5
     min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX  # Kafka's default: no limit (KIP-354)
 
 
 @dataclass(frozen=True, slots=True)

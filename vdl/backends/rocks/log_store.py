@@ -362,6 +362,11 @@ class RocksLogStore:
     def set_retention(self, retention: LogRetention) -> None:
         self._options = replace(self._options, retention=retention)
 
+    def set_segment_ms(self, segment_ms: int | None) -> None:
+        """Recorded, and otherwise without effect: entries live in RocksDB's own files, so
+        there are no segments to roll (by time or by size)."""
+        self._options = replace(self._options, segment_ms=segment_ms)
+
     def segment_count(self) -> int:
         return 0  # entries live in RocksDB's own files
 

@@ -4,9 +4,10 @@ Layout of a stream directory and the file formats: `segment.py` (names), `entry_
 (log entries), `raft_index.py` and `log_index.py` (the two fixed-width indexes).
 
 Write path: append() does no I/O. It places each entry after the previous one (rolling to a
-new segment as needed), encodes its header and CRC, records it in the in-memory indexes and
-the recent-entries cache, and queues header + payload; `sync()`, which the flusher runs in
-its own thread, writes everything queued with gathered writes (`pwritev`, no copy of the
+new segment by segment.bytes, or by segment.ms from the log's own timestamps:
+`time_to_roll`), encodes its header and CRC, records it in the in-memory indexes and the
+recent-entries cache, and queues header + payload; `sync()`, which the flusher runs in its
+own thread, writes everything queued with gathered writes (`pwritev`, no copy of the
 payload) and then fdatasyncs (`durability.py`). Until written, an entry is served from the
 cache, which never evicts unwritten entries. Index records are appended in memory and reach
 their files only once the entries they describe are durable (see `_flush_indexes`), so after
@@ -36,9 +37,10 @@ install and close break such holds rather than wait for them. A follower receive
 into `stage_snapshot` (`staging.py`, run in a worker thread) and `install_snapshot` swaps
 it in for the whole log by renames (`log_swap.py`), then loads it as `open` does.
 
-Log compaction: `hold_for_cleaning` holds closed, committed segments as a snapshot does;
-`cleaning.py` writes cleaned copies in a worker thread and `replace_segment` swaps each in
-by renames, if the segment is still held and not being sent.
+Log compaction: `hold_for_cleaning` holds closed, committed segments as a snapshot does
+(both through `_hold`, cleaning adding its stop rule); `cleaning.py` writes cleaned copies
+in a worker thread and `replace_segment` swaps each in by renames, if the segment is still
+held and not being sent.
 
 Threads: everything runs on the owning thread except `sync()`, whose shared state (the
 write queue among it) is confined to `SyncTracker` (`durability.py`), and the spare's
@@ -48,7 +50,7 @@ preparation, confined to `SpareFile`.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -87,6 +89,25 @@ _INDEX_FLUSH_EVERY = 1024
 _HEADERS_READ = 1 << 20
 _DATA = int(EntryType.DATA)
 _RAFT_ONLY = frozenset({int(EntryType.NOOP), int(EntryType.CONFIG)})
+_NO_TIMESTAMP = -1  # a batch's timestamp field when it has none (Kafka's NO_TIMESTAMP)
+
+
+def time_to_roll(first_stamp: int, stamp: int, segment_ms: int) -> bool:
+    """segment.ms: whether a DATA entry whose batch has maxTimestamp `stamp` starts a new
+    segment after one whose first batch has maxTimestamp `first_stamp`.
+
+    Kafka's rule (its roll check on append): the new batch's timestamp is more than
+    segment.ms past the segment's first batch's. Both times come from the batches in the
+    log, never from this node's clock: every replica appends the same entries, so every
+    replica rolls before the same entry and its segments hold the same entries (which
+    is what lets cleaned replicas agree byte for byte, vdl/log/compaction.py). A clock
+    read at append time would differ between the leader and each follower, and between
+    a follower appending live and one catching up later. Like Kafka, a roll happens only
+    on an append: a partition that receives nothing keeps its active segment open. A
+    batch without timestamps (-1) never rolls by time."""
+    if first_stamp == _NO_TIMESTAMP or stamp == _NO_TIMESTAMP:
+        return False
+    return stamp - first_stamp > segment_ms
 
 
 class SegmentLogStore:
@@ -101,6 +122,7 @@ class SegmentLogStore:
         self._directory = directory
         self._options = options
         self._roll_at = min(options.segment_bytes, MAX_SEGMENT_BYTES)
+        self._roll_ms = options.segment_ms
         self._preallocate = preallocate
         self._spare: SpareFile | None = None
         self._tracker = SyncTracker(dir_fd, durable_index=segments[-1].last_index)
@@ -219,19 +241,20 @@ class SegmentLogStore:
         for entry, batch in zip(entries, offsets, strict=True):
             payload = entry.payload
             entry_bytes = HEADER_SIZE + len(payload)
+            stamp = None if batch is None else max_timestamp(payload)
             if active.raft.count and (
-                active.size >= roll_at or active.size + entry_bytes > MAX_SEGMENT_BYTES
+                active.size >= roll_at
+                or active.size + entry_bytes > MAX_SEGMENT_BYTES
+                or (stamp is not None and self._time_to_roll(active, stamp))
             ):
                 active = self._roll(entry.index)
             kind = int(entry.type)
             header = encode_header(entry.term, entry.index, kind, payload)
             position = active.reserve(entry_bytes)
             self._size += entry_bytes
-            if batch is not None:
+            if batch is not None and stamp is not None:
                 first, last = batch
-                active.log.append(
-                    first, last, entry.index, max_timestamp(payload), position, len(payload)
-                )
+                active.log.append(first, last, entry.index, stamp, position, len(payload))
                 self._next_offset = last + 1
                 if no_data_yet:
                     self._first_offset, no_data_yet = first, False
@@ -239,6 +262,13 @@ class SegmentLogStore:
             writes.append(PendingWrite(active.fd, position, entry.index, header, payload))
         self._maybe_prepare_spare()
         return writes
+
+    def _time_to_roll(self, active: Segment, stamp: int) -> bool:
+        """segment.ms: whether a DATA entry whose batch has maxTimestamp `stamp` starts a
+        new segment after `active` (see `time_to_roll`)."""
+        if self._roll_ms is None or not active.log.count:
+            return False
+        return time_to_roll(active.log.record(0).max_timestamp, stamp, self._roll_ms)
 
     def _roll(self, first_index: int) -> Segment:
         closing = self._segments.active
@@ -526,11 +556,16 @@ class SegmentLogStore:
 
     def closed_segments(self, upto: int) -> ClosedSegments:
         self._live()
+        return self._hold(upto)
+
+    def _hold(self, upto: int, stop: Callable[[Segment], bool] | None = None) -> ClosedSegments:
+        """Hold the closed segments, oldest first, up to the first that ends after raft
+        index `upto`, is not durable yet, or (if given) meets `stop`."""
         # A closed segment's queued entries may not be in its file yet.
         upto = min(upto, self._tracker.durable_index)
         held: list[Segment] = []
         for segment in self._segments.snapshot()[:-1]:
-            if segment.last_index > upto:
+            if segment.last_index > upto or (stop is not None and stop(segment)):
                 break
             held.append(segment)
         files = [
@@ -563,22 +598,28 @@ class SegmentLogStore:
         only, so the part held is a prefix of the log (min.compaction.lag.ms, KIP-58)."""
         self._live()
         self._flush_indexes()  # seals the closed segments whose entries are all durable
-        upto = min(upto, self._tracker.durable_index)
-        held: list[Segment] = []
-        for segment in self._segments.snapshot()[:-1]:
+
+        def too_new_or_unsealed(segment: Segment) -> bool:
             newest = segment.newest_timestamp(closed=True)
-            if segment.last_index > upto or (newest is not None and newest > newest_ms):
-                break
-            if segment in self._unsealed_closed:
-                break  # index records not all written yet
-            held.append(segment)
-        files = [
-            SegmentFile(s.path.name, s.path, s.size, s.first_index, s.last_index) for s in held
-        ]
-        pin = ClosedSegments(files, self._unpin)
-        if held:
-            self._pins[pin] = held
-        return pin
+            # A segment whose index records are not all written yet is not cleaned yet.
+            return (newest is not None and newest > newest_ms) or segment in self._unsealed_closed
+
+        return self._hold(upto, too_new_or_unsealed)
+
+    def first_timestamp_after(self, index: int) -> int | None:
+        """maxTimestamp of the first DATA entry after raft index `index` (None if there is
+        none): where the part of the log not cleaned yet starts, for max.compaction.lag.ms."""
+        self._live()
+        start = max(index + 1, self.first_index())
+        if start > self.last_index():
+            return None
+        segments = self._segments
+        for number in range(segments.number_holding_index(start), len(segments)):
+            log = segments[number].log
+            k = log.count_before(start)
+            if k < log.count:
+                return log.record(k).max_timestamp
+        return None
 
     def replace_segment(self, pin: ClosedSegments, staged: StagedSegment) -> bool:
         """Swap the cleaned copy `staged` in for its segment, held by `pin`; False (nothing
@@ -669,6 +710,11 @@ class SegmentLogStore:
 
     def set_retention(self, retention: LogRetention) -> None:
         self._options = replace(self._options, retention=retention)
+
+    def set_segment_ms(self, segment_ms: int | None) -> None:
+        """segment.ms changed: it applies from the next append."""
+        self._options = replace(self._options, segment_ms=segment_ms)
+        self._roll_ms = segment_ms
 
     def segment_count(self) -> int:
         return len(self._segments)
