@@ -156,7 +156,7 @@ def test_metadata_v12_gives_and_finds_the_topic_by_its_id(node: NodeProcess) -> 
     # Not requested: INT32_MIN (KIP-430), which kafka-python reads as None.
     assert entry.authorized_operations is None
     for partition in entry.partitions:
-        assert (partition.leader_id, partition.leader_epoch) == (1, -1)
+        assert (partition.leader_id, partition.leader_epoch) == (1, 1)  # one node: epoch 1
         assert (partition.replica_nodes, partition.isr_nodes) == ([1], [1])
         assert partition.offline_replicas == []
     assert sorted(p.partition_index for p in entry.partitions) == [0, 1]

@@ -55,6 +55,15 @@ class ClusterView(Protocol):
 
     def partition_state(self, topic: str, partition: int) -> PartitionState: ...
 
+    def leader_term(self, topic: str, partition: int) -> tuple[int, int]:
+        """(leader, Raft term of its leadership) as this node knows it; (-1, 0) if none."""
+        ...
+
+    def elect_preferred(self, topic: str, partition: int) -> None:
+        """ElectLeaders: ask the partition's leader, wherever it runs, to hand leadership
+        to the preferred replica now if that one is healthy (best effort, no answer)."""
+        ...
+
     def request_topic(self, name: str) -> None:
         """Auto-creation: ask the metadata group for the topic, without waiting."""
         ...

@@ -64,6 +64,7 @@ from vdl.cluster.placement import (
     default_replication_factor,
 )
 from vdl.cluster.placement_leader import LeaderPlacement, LedGroup, preferred_dc
+from vdl.cluster.preferred_election import PreferredElections
 from vdl.cluster.reconfigure import next_change
 from vdl.consensus.clock import NodeClock, NodeLiveness
 from vdl.consensus.driver import DriverOptions, GroupDriver, GroupStatus
@@ -176,6 +177,8 @@ class ClusterManager:
         self.forwardable: set[str] = set(TOPIC_OPS)
         # Peer messages (by op) for a module's own use, taken on any node, leader or not.
         self.forward_handlers: dict[str, Callable[[Command], None]] = {}
+        # ElectLeaders: preferred elections on request, forwarded to the leader.
+        self.elections = PreferredElections(self)
         # The initial members: group 0's first voters. A joining node is not one of them.
         initial = {
             n: a for n, a in settings.peers.items() if not (settings.join and n == settings.node_id)
@@ -624,6 +627,14 @@ class ClusterManager:
         else:
             isr = replicas
         return PartitionState(leader, replicas, isr)
+
+    def hosted_driver(self, topic: str, partition: int) -> GroupDriver | None:
+        """The Raft group of a partition hosted here, None if it is not."""
+        hosted = self._hosted.get((topic, partition))
+        return None if hosted is None else hosted.driver
+
+    def elect_preferred(self, topic: str, partition: int) -> None:
+        self.elections.request(topic, partition)
 
     def leader_term(self, topic: str, partition: int) -> tuple[int, int]:
         """(leader, Raft term of its leadership) of a partition as this node knows it, or

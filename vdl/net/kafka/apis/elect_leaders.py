@@ -1,15 +1,18 @@
 """ElectLeaders (KIP-460; v0 is KIP-183's preferred replica election), from any node.
 
-A partition's preferred leader is the first replica of its assignment. VDL's leaders
-already hand leadership to it whenever it is healthy (`vdl.cluster.placement_leader`, the
-`--leader-rebalance` loop, Kafka's auto.leader.rebalance.enable), so this API starts no
-election of its own: it answers from the partition's state and waits, bounded by the
-request's timeout, until leadership has moved. As in Kafka, a partition already led by its
-preferred replica gets ELECTION_NOT_NEEDED, and one whose preferred replica is not alive
-and in sync gets PREFERRED_LEADER_NOT_AVAILABLE: at once where this node knows the
-partition's in-sync replicas (it leads it, or its leader's gossip names them), else once
-the timeout passed without the move. Any node answers (KIP-590): leadership is read from
-the node's own groups and from the leaders' gossip.
+A partition's preferred leader is the first replica of its assignment. A preferred election
+acts whether or not leaders balance themselves (`--leader-rebalance`, Kafka's
+auto.leader.rebalance.enable): the node that takes the request asks each partition's
+leader, on this node or another (`vdl.cluster.preferred_election`), to hand leadership to
+the preferred replica now if it is alive and holds every committed entry (a Raft
+leadership transfer), asks again every `_ASK_EVERY_S` in case the message or the transfer
+was lost, and answers once leadership has moved, bounded by the request's timeout (0: ask
+once and answer at once). As in Kafka, a partition already led by its preferred replica
+gets ELECTION_NOT_NEEDED, and one whose preferred replica is not alive and in sync gets
+PREFERRED_LEADER_NOT_AVAILABLE: at once where this node knows the partition's in-sync
+replicas (it leads it, or its leader's gossip names them), else once the timeout passed
+without the move. Any node answers (KIP-590): leadership is read from the node's own
+groups and from the leaders' gossip.
 
 Unclean elections (type 1) are refused: a Raft group never elects a leader that lacks
 committed entries.
@@ -18,6 +21,7 @@ committed entries.
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 import trio
@@ -37,6 +41,8 @@ UNCLEAN = 1
 _TYPED_FROM = 1
 # How often a waiting request looks at the partitions' leaders again.
 _POLL_S = 0.1
+# How often a waiting request asks the leaders again (their transfers are rate-limited).
+_ASK_EVERY_S = 1.0
 
 _Result = ElectLeadersResponse.ReplicaElectionResult
 _PartitionResult = _Result.PartitionResult
@@ -141,6 +147,7 @@ def handle_elect_leaders(ctx: RequestContext) -> Pending:
     timeout_s = min(max(request.timeout_ms, 0) / 1000, COMMAND_TIMEOUT_S)
 
     async def wait_for_leaders() -> Response:
+        asked = -math.inf
         with trio.move_on_after(timeout_s):
             while waiting:
                 for tp, preferred in list(waiting.items()):
@@ -155,10 +162,15 @@ def handle_elect_leaders(ctx: RequestContext) -> Pending:
                         )
                         del waiting[tp]
                 if waiting:
+                    now = trio.current_time()
+                    if now - asked >= _ASK_EVERY_S:
+                        asked = now
+                        for tp in waiting:
+                            view.elect_preferred(*tp)
                     await trio.sleep(_POLL_S)
         for tp, preferred in waiting.items():
-            # Leaders hand over to a preferred replica as soon as it is in contact and
-            # holds every committed entry; one that has not taken over is not available.
+            # Leaders hand over to a preferred replica in contact holding every committed
+            # entry; one that has not taken over within the timeout is not available.
             outcomes[tp] = (
                 ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
                 f"preferred replica {preferred} did not take over within the timeout",

@@ -13,11 +13,15 @@ current epoch; UNDEFINED (-1, -1) for an epoch below the earliest in the log.
 `current_leader_epoch` (v2+; also in Fetch v9+ and ListOffsets v4+) fences clients with
 stale metadata: FENCED_LEADER_EPOCH if it is older than the partition's epoch now,
 UNKNOWN_LEADER_EPOCH if newer, and -1 skips the check. So does 0: Raft terms of leaders
-start at 1, so 0 never names a VDL leader's epoch, and librdkafka sends 0 in Fetch when
-Metadata gave it no epoch (VDL's Metadata reports none, -1, so that clients keep KIP-320
-validation off); fencing it would stop every such consumer. NOT_LEADER_OR_FOLLOWER from a node
-that does not lead the partition, whether a consumer (replica_id -1) or a broker asks;
-DESCRIBE on the topic or TOPIC_AUTHORIZATION_FAILED.
+start at 1, so 0 never names a VDL leader's epoch, and librdkafka sends 0 in Fetch while
+Metadata has given it no epoch (a partition without a known leader); fencing it would
+stop such a consumer. Metadata reports the leader's term as the epoch (`metadata.py`), so
+clients validate their positions after a leader change. NOT_LEADER_OR_FOLLOWER from a
+node that does not lead the partition, whether a consumer (replica_id -1) or a broker
+asks; DESCRIBE on the topic or TOPIC_AUTHORIZATION_FAILED.
+
+`epoch_at` gives ListOffsets v4+ its leader_epoch: the epoch of the batch holding an
+offset, or the partition's epoch now for the offset the next batch will get.
 """
 
 from __future__ import annotations
@@ -58,6 +62,19 @@ def check_leader_epoch(stream: LogStream, current_leader_epoch: int) -> None:
             ErrorCode.UNKNOWN_LEADER_EPOCH,
             f"{stream.name}: leader epoch {current_leader_epoch} is newer than {epoch}",
         )
+
+
+def epoch_at(stream: LogStream, offset: int) -> int:
+    """The leader epoch of the batch holding `offset` (the newest epoch that began at or
+    before it); the current epoch at or past the log end; -1 below the earliest known."""
+    if offset >= stream.log_end_offset:
+        return stream.leader_epoch
+    epoch = UNDEFINED_EPOCH
+    for entry_epoch, start in stream.epochs.entries():
+        if start > offset:
+            break
+        epoch = entry_epoch
+    return epoch
 
 
 def handle_offset_for_leader_epoch(ctx: RequestContext) -> Pending:

@@ -16,10 +16,11 @@ from kafka.protocol.consumer import ListOffsetsResponse
 
 from vdl.backends.api import Buffer
 from vdl.broker.topics import TopicError
+from vdl.log.batch_header import read_header
 from vdl.log.error_codes import ErrorCode
 from vdl.log.timestamp_index import NO_TIMESTAMP, first_record_at
 from vdl.net.kafka.apis.context import Pending, RequestContext, Response
-from vdl.net.kafka.apis.leader_epoch import check_leader_epoch
+from vdl.net.kafka.apis.leader_epoch import check_leader_epoch, epoch_at
 from vdl.net.kafka.control_codec import decode_request, encode_response
 from vdl.security.acl import Operation
 
@@ -40,6 +41,8 @@ class _Answer:
     # A timestamp search: the batch holding the record, still to be decoded.
     batch: Buffer | None = None
     target: int = 0
+    # v4+ (KIP-320): the epoch of the batch holding the offset, -1 for none.
+    leader_epoch: int = -1
 
 
 def _decode(answers: list[_Answer]) -> None:
@@ -47,6 +50,8 @@ def _decode(answers: list[_Answer]) -> None:
         assert answer.batch is not None
         answer.offset, answer.timestamp = first_record_at(answer.batch, answer.target)
         answer.batch = None
+        if answer.offset < 0:
+            answer.leader_epoch = -1
 
 
 def handle_list_offsets(ctx: RequestContext) -> Pending:
@@ -74,7 +79,7 @@ def handle_list_offsets(ctx: RequestContext) -> Pending:
                         error_code=answer.error,
                         timestamp=answer.timestamp,
                         offset=answer.offset,
-                        leader_epoch=-1,
+                        leader_epoch=answer.leader_epoch,
                     )
                     for index, answer in partitions
                 ],
@@ -98,8 +103,10 @@ def _lookup(ctx: RequestContext, topic: str, part: Any) -> _Answer:
         return _Answer(error=int(exc.error))
     if part.timestamp == LATEST:
         # Without transactions the last stable offset is the high watermark.
-        return _Answer(offset=stream.high_watermark)
+        return _Answer(offset=stream.high_watermark, leader_epoch=stream.leader_epoch)
     if part.timestamp == EARLIEST:
-        return _Answer(offset=stream.log_start_offset)
+        start = stream.log_start_offset
+        return _Answer(offset=start, leader_epoch=epoch_at(stream, start))
     batch = stream.batch_for_timestamp(part.timestamp)
-    return _Answer(batch=batch, target=part.timestamp)
+    epoch = -1 if batch is None else read_header(batch).partition_leader_epoch
+    return _Answer(batch=batch, target=part.timestamp, leader_epoch=epoch)

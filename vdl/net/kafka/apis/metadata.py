@@ -7,6 +7,16 @@ From v10 every topic carries its id (KIP-516): a client that sees the id change 
 topic was deleted and created again, even with the same name. v12 also finds topics by id
 (a null name); v10-11 take names only, as Kafka answers (INVALID_REQUEST for a topic given
 by id or without a name there).
+
+Each partition carries its leader epoch (KIP-320): the Raft term of its leader's
+leadership, which is also the epoch the leader stamps into the batches it appends and
+checks requests' current_leader_epoch against (`LogStream.leader_epoch`), so a client
+given this epoch is never fenced by the leader it names. A node tells the (leader, term)
+pair it knows (its own group's view, or the leader's gossip); -1 while no leader is known.
+A node with stale gossip may name an older leader and epoch: clients keep the newest epoch
+they have seen (KIP-320), and a request sent to a node that leads no longer gets
+NOT_LEADER_OR_FOLLOWER (or FENCED_LEADER_EPOCH from a re-elected one), then fresh
+metadata. One node is every partition's only leader, in epoch 1.
 """
 
 from __future__ import annotations
@@ -17,8 +27,10 @@ from typing import Any
 
 from kafka.protocol.metadata import MetadataResponse
 
-from vdl.broker.cluster_view import BrokerAddress
+from vdl.broker.cluster_view import BrokerAddress, ClusterView
 from vdl.broker.topics import Topic, TopicError
+from vdl.log.appender import SINGLE_NODE_TERM
+from vdl.log.batch_header import MAX_PARTITION_LEADER_EPOCH
 from vdl.log.error_codes import ErrorCode
 from vdl.net.kafka.apis.context import Pending, RequestContext, ready
 from vdl.net.kafka.control_codec import decode_request, encode_response
@@ -49,8 +61,17 @@ _CLUSTER_OPERATIONS = {
     Operation.ALTER_CONFIGS: (11,),
     Operation.IDEMPOTENT_WRITE: (12,),
 }
-# Option A of the leader-epoch choice: no epochs, so clients never start KIP-320 validation.
+# A partition without a known leader has no epoch either.
 NO_LEADER_EPOCH = -1
+
+
+def leader_epoch(cluster: ClusterView, topic: str, partition: int, leader: int) -> int:
+    """The epoch of `leader`'s leadership of the partition as this node knows it (the Raft
+    term, capped to an int32 as the batches' epochs are), or NO_LEADER_EPOCH."""
+    known, term = cluster.leader_term(topic, partition)
+    if leader < 0 or known != leader or term < 1:
+        return NO_LEADER_EPOCH
+    return min(term, MAX_PARTITION_LEADER_EPOCH)
 
 
 def _partition_entry(ctx: RequestContext, topic: Topic, partition: int) -> Any:
@@ -58,14 +79,16 @@ def _partition_entry(ctx: RequestContext, topic: Topic, partition: int) -> Any:
     if cluster is None:
         node = ctx.node.node_id
         leader, replicas, isr = node, [node], [node]
+        epoch = SINGLE_NODE_TERM
     else:
         state = cluster.partition_state(topic.name, partition)
         leader, replicas, isr = state.leader, list(state.replicas), list(state.isr)
+        epoch = leader_epoch(cluster, topic.name, partition, leader)
     return _Partition(
         error_code=int(ErrorCode.LEADER_NOT_AVAILABLE) if leader < 0 else 0,
         partition_index=partition,
         leader_id=leader,
-        leader_epoch=NO_LEADER_EPOCH,
+        leader_epoch=epoch,
         replica_nodes=replicas,
         isr_nodes=isr,
         offline_replicas=[],
