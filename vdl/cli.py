@@ -526,11 +526,11 @@ async def _user_call(client: Client, method: str, request: Struct) -> Any:
 
 
 def _acl_entry(args: argparse.Namespace) -> dict[str, str]:
-    kinds = [k for k in ("topic", "group") if getattr(args, k) is not None]
+    kinds = [k for k in ("topic", "group", "transactional_id") if getattr(args, k) is not None]
     if args.cluster:
         kinds.append("cluster")
     if len(kinds) != 1:
-        raise UsageError("give exactly one of --topic, --group, --cluster")
+        raise UsageError("give exactly one of --topic, --group, --transactional-id, --cluster")
     name = CLUSTER_NAME if args.cluster else getattr(args, kinds[0])
     try:
         principal = normalize_principal(args.principal)
@@ -605,6 +605,9 @@ def _security_commands(commands: Any, common: argparse.ArgumentParser) -> None:
         sub.add_argument("--principal", required=True, help="User:NAME, NAME or *")
         sub.add_argument("--topic", help="a topic (or prefix with --prefixed; * for all)")
         sub.add_argument("--group", help="a consumer group / YDB consumer")
+        sub.add_argument(
+            "--transactional-id", help="a Kafka producer's transactional id (write, describe)"
+        )
         sub.add_argument("--cluster", action="store_true", help="the cluster itself")
         sub.add_argument("--operation", required=True, choices=[str(op) for op in Operation])
         sub.add_argument("--prefixed", action="store_true", help="the name is a prefix")

@@ -90,6 +90,9 @@ class NodeConfig:
     # Kafka's producer.id.expiration.ms: an idempotent producer silent this long is
     # forgotten by every partition (its next batch is then accepted whatever its sequence).
     producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS
+    # Kafka's transaction.max.timeout.ms: InitProducerId with a longer transaction timeout
+    # is refused with INVALID_TRANSACTION_TIMEOUT.
+    transaction_max_timeout_ms: int = 900_000
     shutdown_grace_ms: int = 30_000
     # Consumer groups; names and defaults follow Kafka's group.* broker settings.
     group_initial_rebalance_delay_ms: int = 3000
@@ -393,6 +396,8 @@ def load_config(argv: Sequence[str], environ: Mapping[str, str]) -> NodeConfig:
             raise ConfigError(f"{flag} must be between 1 and {top}, got {value}")
     if config.producer_id_expiration_ms < 1:
         raise ConfigError("producer-id-expiration-ms must be at least 1")
+    if config.transaction_max_timeout_ms < 1:
+        raise ConfigError("transaction-max-timeout-ms must be at least 1")
     if config.raft_tick_ms < 1:
         raise ConfigError("raft-tick-ms must be at least 1")
     if config.offsets_retention_minutes < 1:

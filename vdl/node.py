@@ -60,6 +60,10 @@ from vdl.security.throttle import LoginThrottle
 from vdl.security.tls import TlsConfigError, server_context
 from vdl.security.user_table import UserTable
 from vdl.security.users import UsersFileError, UserStore
+from vdl.txn.commands import LocalTxnLog, ReplicatedTxns, TxnLog
+from vdl.txn.coordinator import TxnCoordinator
+from vdl.txn.markers import MarkerWriter
+from vdl.txn.state import TxnStore
 
 log = logging.getLogger("vdl.node")
 # When this process began, as near as the node can tell (`vdl_node_start_seconds`).
@@ -128,6 +132,9 @@ class Node:
         self._replicated_offsets: ReplicatedOffsets | None = None
         self._replicated_groups: ReplicatedGroups | None = None
         self._token_key: ReplicatedTokenKey | None = None
+        # Writes transaction markers to partitions (for the transaction coordinator).
+        self.markers: MarkerWriter | None = None
+        self._replicated_txns: ReplicatedTxns | None = None
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -228,6 +235,11 @@ class Node:
                 # Registered before group 0 replays its log, which holds the commits.
                 self._replicated_offsets = ReplicatedOffsets(self._cluster.metadata, meta)
                 self._replicated_offsets.register(self._cluster.state)
+                # Transactions too (with the offsets their commits make committed).
+                self._replicated_txns = ReplicatedTxns(
+                    self._cluster.metadata, meta, self._replicated_offsets
+                )
+                self._replicated_txns.register(self._cluster.state)
                 # Group records likewise: the next coordinator loads them.
                 self._replicated_groups = ReplicatedGroups(self._cluster.metadata, meta)
                 self._replicated_groups.register(self._cluster.state)
@@ -244,6 +256,7 @@ class Node:
                 ReplicatedUsers(meta, user_table).register(self._cluster.state)
                 # DeleteRecords: every replica moves the partition's log start.
                 ReplicatedLogStarts(broker).register(self._cluster.state, self._cluster.forwardable)
+            self.markers = MarkerWriter(broker, self._cluster)
             try:
                 with timing_gc_pauses():
                     await self._serve(broker, flusher, cluster_id.decode(), task_status)
@@ -342,6 +355,15 @@ class Node:
                     await watch_event_loop_lag()
 
             root.start_soon(loop_lag)
+            markers = self.markers
+            marker_scope = trio.CancelScope()
+            if markers is not None:
+
+                async def serve_markers() -> None:
+                    with marker_scope:
+                        await markers.run()
+
+                root.start_soon(serve_markers)
             broker.groups = groups
             await root.start(groups.run)
             group_housekeeping = trio.CancelScope()
@@ -359,6 +381,35 @@ class Node:
                     )
 
             root.start_soon(offset_retention)
+            transactions_scope = trio.CancelScope()
+            if markers is not None:
+                txn_log: TxnLog = self._replicated_txns or LocalTxnLog(broker.meta)
+                metadata = None if cluster is None else cluster.metadata
+
+                def coordinator_epoch() -> int:
+                    # The term of group 0 (whose leader coordinates); 0 on one node.
+                    if metadata is None:
+                        return 0
+                    return -1 if metadata.driver is None else metadata.driver.term
+
+                transactions = TxnCoordinator(
+                    TxnStore(broker.meta),
+                    txn_log,
+                    markers,
+                    broker.allocate_producer_id,
+                    wall_clock_ms,
+                    max_timeout_ms=config.transaction_max_timeout_ms,
+                    # The group coordinator's role: loaded once group 0's log is applied.
+                    role=None if cluster is None else groups.coordinator_error,
+                    coordinator_epoch=coordinator_epoch,
+                )
+
+                async def coordinate_transactions(task_status: trio.TaskStatus[None]) -> None:
+                    with transactions_scope:
+                        await transactions.run(task_status=task_status)
+
+                await root.start(coordinate_transactions)
+                broker.transactions = transactions
             coordination = trio.CancelScope()
             replicated_groups = self._replicated_groups
             if cluster is not None and replicated_groups is not None:
@@ -476,8 +527,10 @@ class Node:
                 groups.stop()
             housekeeping.cancel()
             lag_watch.cancel()
+            marker_scope.cancel()
             group_housekeeping.cancel()
             coordination.cancel()
+            transactions_scope.cancel()
             # In-flight produces have finished (or failed) above; now the groups can stop.
             admin_scope.cancel()
             raft_scope.cancel()

@@ -223,7 +223,7 @@ def test_confluent_acls_through_a_follower_apply_on_every_node(cluster: Cluster)
         for line in listed.stdout.splitlines()
     ), listed.stdout
 
-    # What VDL cannot express is refused, never widened: a host, a transactional id.
+    # What VDL cannot express is refused, never widened: a host, an operation it never checks.
     host = AclBinding(
         ResourceType.TOPIC,
         TOPIC,
@@ -234,12 +234,12 @@ def test_confluent_acls_through_a_follower_apply_on_every_node(cluster: Cluster)
         AclPermissionType.ALLOW,
     )
     txn = AclBinding(
-        ResourceType.TRANSACTIONAL_ID,
-        "tx",
+        ResourceType.TOPIC,
+        TOPIC,
         ResourcePatternType.LITERAL,
         "User:bob",
         "*",
-        AclOperation.WRITE,
+        AclOperation.CLUSTER_ACTION,
         AclPermissionType.ALLOW,
     )
     results = admin.create_acls([host, txn])

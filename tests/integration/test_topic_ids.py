@@ -1,11 +1,10 @@
 """Topic ids on the wire (KIP-516: Metadata v10-12, CreateTopics v7, DeleteTopics v6, in
 their flexible versions, KIP-482), CreateTopics with a manual replica assignment and
-`compression.type`, and a transactional producer that fails at once. Real clients against
-real node processes: one node shared by the module, and three nodes for placement."""
+`compression.type`. Real clients against real node processes: one node shared by the
+module, and three nodes for placement."""
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import struct
 import uuid
@@ -14,19 +13,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaProducer
-from aiokafka.errors import TransactionalIdAuthorizationFailed
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     ConfigResource,
     NewTopic,
 )
-from kafka import KafkaAdminClient, KafkaProducer
+from kafka import KafkaAdminClient
 from kafka.errors import (
     InvalidReplicationAssignmentError,
     InvalidRequestError,
-    TransactionalIdAuthorizationFailedError,
     UnknownTopicIdError,
 )
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
@@ -38,7 +34,6 @@ from tests.integration.waiting import wait_until
 
 UNKNOWN_TOPIC_ID = 100
 INVALID_REQUEST = 42
-NOT_SUPPORTED = "transactions are not supported by this server"
 
 
 @pytest.fixture(scope="module")
@@ -257,47 +252,6 @@ def _source(name: str) -> int:
     from confluent_kafka.admin import ConfigSource  # type: ignore[attr-defined]
 
     return int(ConfigSource[name].value)
-
-
-def test_a_transactional_producer_fails_at_once_with_the_reason(node: NodeProcess) -> None:
-    producer = Producer({"bootstrap.servers": node.bootstrap, "transactional.id": "tx-c"})
-    with pytest.raises(KafkaException) as caught:
-        producer.init_transactions(30)
-    error = caught.value.args[0]
-    assert error.code() != KafkaError._TIMED_OUT
-    assert error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED and error.fatal()
-    assert NOT_SUPPORTED in error.str()
-
-    kp = KafkaProducer(bootstrap_servers=node.bootstrap, transactional_id="tx-k")
-    try:
-        with pytest.raises(TransactionalIdAuthorizationFailedError):
-            kp.init_transactions()
-    finally:
-        kp.close(timeout=5)
-
-    async def aiokafka_start() -> None:
-        aio = AIOKafkaProducer(bootstrap_servers=node.bootstrap, transactional_id="tx-a")
-        try:
-            with pytest.raises(TransactionalIdAuthorizationFailed):
-                await aio.start()
-        finally:
-            await aio.stop()
-
-    asyncio.run(aiokafka_start())
-    wait_until(
-        lambda: "FindCoordinator from" in node.log() and "'tx-c': " + NOT_SUPPORTED in node.log(),
-        "the node's log line",
-    )
-
-    # An idempotent producer on the same node is served as before.
-    idempotent = Producer({"bootstrap.servers": node.bootstrap, "enable.idempotence": True})
-    delivered: list[Any] = []
-    for i in range(5):
-        idempotent.produce(
-            "after-tx", value=b"%d" % i, on_delivery=lambda e, m: delivered.append(e)
-        )
-    assert idempotent.flush(60) == 0
-    assert delivered == [None] * 5
 
 
 # ---- three nodes -----------------------------------------------------------------------

@@ -10,6 +10,7 @@ import shutil
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -38,6 +39,9 @@ from vdl.log.flusher import Flusher
 from vdl.log.producer_state import PRODUCER_ID_EXPIRATION_MS
 from vdl.log.stream import LogStream
 from vdl.metrics.stages import STAGES
+
+if TYPE_CHECKING:
+    from vdl.txn.coordinator import TxnCoordinator
 
 log = logging.getLogger(__name__)
 # Entries retention removed (whole segments, by age or size), for the node's metrics.
@@ -102,6 +106,8 @@ class Broker:
         self._producer_id_limit = 0
         # Consumer groups and committed offsets; attached by the node, None until then.
         self.groups: GroupService | None = None
+        # The transaction coordinator (vdl.txn); attached by the node, None until then.
+        self.transactions: TxnCoordinator | None = None
         for topic in self.catalog.all():
             self._open_streams(topic)
 

@@ -164,6 +164,24 @@ class ReplicatedOffsets:
         self._applied_index = index
         return Outcome()
 
+    def apply_within(self, offsets: Mapping[str, Mapping[TopicPartition, CommittedOffset]]) -> None:
+        """Commit offsets of several groups as part of another group-0 command being
+        applied (a transaction's commit decision, `vdl.txn.commands`), under the replay
+        rule above."""
+        assert self._state is not None
+        index = self._state.applying_index
+        if index <= self._applied_index:
+            return
+        puts = {
+            offset_key(group, topic, partition): encode_value(committed)
+            for group, committed_offsets in offsets.items()
+            for (topic, partition), committed in committed_offsets.items()
+        }
+        puts[APPLIED_INDEX_KEY] = str(index).encode()
+        # Unsynced, like a commit: the log replays it.
+        self._meta.write_batch(puts, sync=False)
+        self._applied_index = index
+
     def _apply_expiry(self, command: Command) -> Outcome:
         assert self._state is not None
         expiry = decode_expiry(command)

@@ -100,3 +100,4 @@ class ErrorCode(enum.IntEnum):
     DUPLICATE_RESOURCE = 92
     UNACCEPTABLE_CREDENTIAL = 93
     UNKNOWN_TOPIC_ID = 100  # KIP-516
+    TRANSACTIONAL_ID_NOT_FOUND = 105  # KIP-664 (DescribeTransactions)

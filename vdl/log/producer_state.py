@@ -34,6 +34,8 @@ class ProducerEntry:
     epoch: int
     batches: deque[BatchSequence] = field(default_factory=lambda: deque(maxlen=RETAINED_BATCHES))
     last_seen_ms: int = 0
+    # The coordinator epoch of its last transaction marker (KIP-98), -1 before any.
+    coordinator_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +70,12 @@ class ProducerStateTable:
 
     def __len__(self) -> int:
         return len(self._producers)
+
+    def get(self, producer_id: int) -> ProducerEntry | None:
+        return self._producers.get(producer_id)
+
+    def items(self) -> list[tuple[int, ProducerEntry]]:
+        return list(self._producers.items())
 
     def check(
         self, producer_id: int, epoch: int, base_sequence: int, last_offset_delta: int
@@ -119,7 +127,8 @@ class ProducerStateTable:
             return
         entry = self._producers.get(producer_id)
         if entry is None or epoch != entry.epoch:
-            entry = ProducerEntry(epoch)
+            coordinator_epoch = -1 if entry is None else entry.coordinator_epoch
+            entry = ProducerEntry(epoch, coordinator_epoch=coordinator_epoch)
             self._producers[producer_id] = entry
         entry.batches.append(
             BatchSequence(
@@ -131,13 +140,31 @@ class ProducerStateTable:
         )
         entry.last_seen_ms = now_ms
 
-    def expire(self, now_ms: int, idle_ms: int) -> int:
+    def record_marker(
+        self, producer_id: int, epoch: int, now_ms: int, coordinator_epoch: int = -1
+    ) -> None:
+        """A transaction marker of `producer_id` at `epoch` (KIP-98): a newer epoch than the
+        producer's replaces it, which fences the older producer's batches; the same epoch
+        keeps the sequences going (a producer's sequences run on across transactions)."""
+        entry = self._producers.get(producer_id)
+        if entry is None or epoch > entry.epoch:
+            entry = ProducerEntry(epoch)
+            self._producers[producer_id] = entry
+        entry.last_seen_ms = max(entry.last_seen_ms, now_ms)
+        entry.coordinator_epoch = coordinator_epoch
+
+    def expire(self, now_ms: int, idle_ms: int, keep: frozenset[int] = frozenset()) -> int:
         """Forget producers idle for longer than idle_ms; return how many were dropped.
 
         Forgetting is safe for a long-idle producer: with no state, its next batch is
-        accepted whatever its sequence (see check), so it never sees OUT_OF_ORDER.
+        accepted whatever its sequence (see check), so it never sees OUT_OF_ORDER. The
+        producers in `keep` (those with an open transaction) are kept, as Kafka keeps them.
         """
-        stale = [pid for pid, e in self._producers.items() if now_ms - e.last_seen_ms > idle_ms]
+        stale = [
+            pid
+            for pid, e in self._producers.items()
+            if now_ms - e.last_seen_ms > idle_ms and pid not in keep
+        ]
         for pid in stale:
             del self._producers[pid]
         return len(stale)

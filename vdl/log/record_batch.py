@@ -11,6 +11,7 @@ records inside a batch and the rules a produced batch must follow.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal, overload
@@ -58,6 +59,8 @@ __all__ = [
     "COMPRESSION_NONE",
     "COMPRESSION_SNAPPY",
     "COMPRESSION_ZSTD",
+    "CONTROL_ABORT",
+    "CONTROL_COMMIT",
     "TIMESTAMP_CREATE_TIME",
     "TIMESTAMP_LOG_APPEND_TIME",
     "BatchInfo",
@@ -67,7 +70,10 @@ __all__ = [
     "UnsupportedCodec",
     "assign_offsets",
     "build_batch",
+    "build_control_batch",
     "check_record_timestamps",
+    "control_record",
+    "control_type",
     "crc32c",
     "iter_batches",
     "iter_records",
@@ -319,6 +325,7 @@ def build_batch(
     *,
     partition_leader_epoch: int = -1,
     is_transactional: bool = False,
+    is_control: bool = False,
 ) -> bytes:
     """Encode records as one CreateTime batch, compressed with any Kafka codec."""
     if not records:
@@ -333,6 +340,7 @@ def build_batch(
     except UnknownCodec as exc:
         raise UnsupportedCodec(str(exc)) from None
     attributes = compression | (ATTR_TRANSACTIONAL if is_transactional else 0)
+    attributes |= ATTR_CONTROL if is_control else 0
     out = bytearray(BATCH_HEADER_SIZE)
     out += payload
     write_header(
@@ -349,6 +357,58 @@ def build_batch(
         record_count=len(records),
     )
     return bytes(out)
+
+
+# --- control records (KIP-98) ----------------------------------------------
+# A transaction marker is a control batch (attributes: transactional + control) holding one
+# control record, as the Kafka protocol guide's "Control Batches" defines it: key =
+# version int16 (0) + type int16 (0 abort, 1 commit); value = version int16 (0) +
+# coordinator epoch int32. The batch carries the producer's id and epoch in its header and
+# no sequence (-1).
+
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+_CONTROL_KEY = struct.Struct(">hh")
+_CONTROL_VALUE = struct.Struct(">hi")
+
+
+def build_control_batch(
+    producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, timestamp_ms: int
+) -> bytes:
+    """One commit or abort marker of `producer_id`'s transaction, at base offset 0."""
+    key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+    value = _CONTROL_VALUE.pack(0, coordinator_epoch)
+    return build_batch(
+        [Record(key, value, timestamp_ms)],
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        is_transactional=True,
+        is_control=True,
+    )
+
+
+def control_record(batch: bytes | bytearray | memoryview) -> tuple[int, int] | None:
+    """(type, coordinator epoch) of a control batch's record: the type CONTROL_ABORT,
+    CONTROL_COMMIT or another Kafka control type, the epoch -1 if the value holds none.
+    None for a data batch or a control record without a key."""
+    info = parse_batch_header(batch)
+    if not info.is_control:
+        return None
+    for record in iter_records(batch):
+        if record.key is None or len(record.key) < _CONTROL_KEY.size:
+            return None
+        kind = int(_CONTROL_KEY.unpack_from(record.key)[1])
+        value = record.value
+        if value is None or len(value) < _CONTROL_VALUE.size:
+            return kind, -1
+        return kind, int(_CONTROL_VALUE.unpack_from(value)[1])
+    return None
+
+
+def control_type(batch: bytes | bytearray | memoryview) -> int | None:
+    """The type of a control batch's record (see control_record), or None."""
+    found = control_record(batch)
+    return None if found is None else found[0]
 
 
 # --- record decoding ------------------------------------------------------

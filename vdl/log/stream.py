@@ -30,10 +30,19 @@ from vdl.log.producer_state import (
     ProducerStateTable,
     Refuse,
 )
-from vdl.log.record_batch import BatchInfo, assign_offsets, parse_batch_header
+from vdl.log.record_batch import (
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
+    BatchInfo,
+    assign_offsets,
+    build_control_batch,
+    control_record,
+    parse_batch_header,
+)
 from vdl.log.timestamp_index import TimestampIndex, first_record_at
 from vdl.log.ydb_mapping import YdbProducerTable
 from vdl.metrics.stages import STAGES
+from vdl.txn.partition_txns import PartitionTxns
 
 # Kafka's producer.id.expiration.check.interval.ms: expiry is a sweep, not per append.
 _EXPIRY_CHECK_MS = 10 * 60 * 1000
@@ -92,12 +101,12 @@ class LogStream:
         self._waiter_seq = itertools.count()
         self._watchers: set[trio.Event] = set()
         self.producers = ProducerStateTable()
+        self.txns = PartitionTxns()
         self._timestamps = TimestampIndex()
         self.epochs = LeaderEpochs()
         self._log_start = log_start
         self._producer_expiry_ms = producer_expiry_ms
         self._next_expiry_ms = clock_ms() + min(_EXPIRY_CHECK_MS, producer_expiry_ms)
-        self._rebuild_batch_state()
         self._ydb_producers: YdbProducerTable | None = None
         # The raft index log compaction last cleaned through (vdl/log/cleaner.py).
         self.cleaned_through = 0
@@ -106,14 +115,7 @@ class LogStream:
         # Visible: what the log held committed when it opened; the rest waits for its commit.
         self._commit_index = self._appender.initial_commit_index()
         self._high_watermark = store.next_offset()
-        if self._commit_index < store.last_index():
-            self._high_watermark = store.first_offset()
-            for index, header in store.data_headers():
-                after = parse_batch_header(header).next_offset
-                if index <= self._commit_index:
-                    self._high_watermark = after
-                else:
-                    self._uncommitted.append((index, after))
+        self._rebuild_batch_state(opening=True)
 
     @property
     def store(self) -> LogStore:
@@ -126,6 +128,13 @@ class LogStream:
     @property
     def high_watermark(self) -> int:
         return self._high_watermark
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Where read_committed readers stop (KIP-98): the first offset of the earliest
+        transaction not yet decided (or whose marker is not committed yet), else the high
+        watermark; never below the log start."""
+        return max(self.txns.last_stable_offset(self._high_watermark), self.log_start_offset)
 
     @property
     def commit_index(self) -> int:
@@ -155,6 +164,7 @@ class LogStream:
             start = self.log_start_offset
             self._timestamps.drop_before(start)
             self.epochs.drop_before(start)
+            self.txns.drop_before(start)
         return self.log_start_offset
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
@@ -172,28 +182,66 @@ class LogStream:
         if now_ms < self._next_expiry_ms:
             return
         self._next_expiry_ms = now_ms + min(_EXPIRY_CHECK_MS, self._producer_expiry_ms)
-        self.producers.expire(now_ms, self._producer_expiry_ms)
+        self.producers.expire(now_ms, self._producer_expiry_ms, self.txns.open_producers())
 
-    def _rebuild_batch_state(self) -> None:
-        """The producer table and the timestamp index, from the batch headers stored."""
+    def _rebuild_batch_state(self, *, opening: bool = False) -> None:
+        """The producer table, the partition's transactions, the timestamp index and the
+        leader epochs, from the batch headers stored (and the few control batches'
+        records: their type), in one pass over the headers. `opening`: the same pass also
+        finds the high watermark (the end of the entries up to the commit index) and the
+        entries after it, which wait for their commit."""
         self.producers = ProducerStateTable()
+        self.txns = PartitionTxns()
         self._timestamps = TimestampIndex()
         self.epochs = LeaderEpochs()
         now = self._clock_ms()
-        for _index, header in self._store.data_headers():
+        # Only a replica restarted with entries past its commit index (a Raft group's)
+        # needs the high watermark from the headers; otherwise it is the log end.
+        commit_index = self._commit_index
+        split = opening and commit_index < self._store.last_index()
+        if split:
+            self._high_watermark = self._store.first_offset()
+        for index, header in self._store.data_headers():
             info = parse_batch_header(header)
+            if split:
+                if index <= commit_index:
+                    self._high_watermark = info.next_offset
+                else:
+                    self._uncommitted.append((index, info.next_offset))
             self._timestamps.add(info.base_offset, info.max_timestamp, info.size)
             self.epochs.assign(info.partition_leader_epoch, info.base_offset)
-            self.producers.record(
-                info.producer_id,
-                info.producer_epoch,
-                info.base_sequence,
-                info.last_offset_delta,
-                info.base_offset,
-                info.max_timestamp if info.timestamp_type else -1,
-                now,
-            )
+            batch = None
+            if info.is_control:
+                read = self._store.read_batches(info.base_offset, 1, self._store.last_index())
+                batch = read[0] if read else None
+            self._track_producer(info, batch, now)
         self.epochs.drop_before(self.log_start_offset)
+        self.txns.drop_before(self.log_start_offset)
+
+    def _track_producer(self, info: BatchInfo, batch: Buffer | None, now: int) -> None:
+        """Account one batch of the log (appended, replicated or read back on open) to the
+        producer table and the partition's transactions; `batch` is needed for a control
+        batch only (its record's type)."""
+        if info.is_control:
+            found = None if batch is None else control_record(batch)
+            if found is not None and found[0] in (CONTROL_ABORT, CONTROL_COMMIT):
+                kind, coordinator_epoch = found
+                self.producers.record_marker(
+                    info.producer_id, info.producer_epoch, now, coordinator_epoch
+                )
+                self.txns.on_marker(info.producer_id, kind == CONTROL_COMMIT, info.base_offset)
+            return
+        self.producers.record(
+            info.producer_id,
+            info.producer_epoch,
+            info.base_sequence,
+            info.last_offset_delta,
+            info.base_offset,
+            info.max_timestamp if info.timestamp_type else -1,
+            now,
+        )
+        if info.is_transactional:
+            self.txns.on_data(info.producer_id, info.base_offset)
 
     def ydb_producers(self) -> YdbProducerTable:
         """The YDB producers' last seq_no table, rebuilt from the log on first use.
@@ -258,7 +306,58 @@ class LogStream:
             timestamp,
             now,
         )
+        if info.is_transactional:
+            self.txns.on_data(info.producer_id, base)
         return Appended(base, last, timestamp, False)
+
+    def append_marker(
+        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int
+    ) -> int:
+        """Append a commit or abort marker of the producer's transaction (KIP-98); the
+        offset whose commit makes it final (the marker's, or for a marker already written
+        the log end's). INVALID_PRODUCER_EPOCH for an epoch older than the producer's.
+
+        `coordinator_epoch` numbers the coordinator's decisions for the producer's
+        transactional id, strictly increasing (`vdl.txn.state.TxnRecord.decisions`); the
+        log keeps the last one per producer, in its marker. A marker of the producer's
+        epoch whose number is not above that one is a copy of a decision already written
+        here: nothing is written again. This is what makes a late copy harmless: a resent
+        request that arrives after the producer began its next transaction on this
+        partition must not end that transaction (Kafka fences stale markers by the
+        coordinator epoch they carry in the same way). Any other marker is written, even
+        with no transaction open: its number, and a newer epoch in it (which fences an
+        older producer), must be in the log."""
+        if self._closed:
+            raise StreamError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{self.name} is closed")
+        entry = self.producers.get(producer_id)
+        if entry is not None and producer_epoch < entry.epoch:
+            raise StreamError(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"marker of producer {producer_id} epoch {producer_epoch}, "
+                f"older than {entry.epoch}",
+            )
+        if (
+            entry is not None
+            and producer_epoch == entry.epoch
+            and coordinator_epoch <= entry.coordinator_epoch
+        ):
+            return self.log_end_offset - 1
+        now = self._clock_ms()
+        self._expire_producers(now)
+        appender = self._appender
+        base = appender.next_offset()
+        epoch = appender.term()
+        batch = build_control_batch(producer_id, producer_epoch, commit, coordinator_epoch, now)
+        payload = assign_offsets(batch, base, epoch)
+        index = appender.append(payload, base + 1)
+        _APPENDS.inc()
+        self._uncommitted.append((index, base + 1))
+        self._unsynced.append((index, base + 1))
+        self.epochs.assign(epoch, base)
+        self._timestamps.add(base, now, len(payload))
+        self.producers.record_marker(producer_id, producer_epoch, now, coordinator_epoch)
+        self.txns.on_marker(producer_id, commit, base)
+        return base
 
     def on_commit(self, index: int) -> None:
         if index <= self._commit_index:
@@ -269,6 +368,7 @@ class LogStream:
             self._high_watermark = self._uncommitted.popleft()[1]
             advanced = True
         if advanced:
+            self.txns.release(self._high_watermark)
             self._wake()
 
     def _wake(self) -> None:
@@ -350,6 +450,19 @@ class LogStream:
         upto = min(self._commit_index, self._store.last_index())
         return self._store.read_batches(offset, max_bytes, upto)
 
+    def read_stable(self, offset: int, max_bytes: int) -> list[Buffer]:
+        """`read` for read_committed readers (KIP-98): only the batches below the last
+        stable offset. The LSO is where a batch starts (a transaction's first batch, or the
+        high watermark), so each batch returned lies wholly below it."""
+        lso = self.last_stable_offset
+        if offset >= lso:
+            return []
+        batches = self.read(offset, max_bytes)
+        for i, batch in enumerate(batches):
+            if parse_batch_header(batch).base_offset >= lso:
+                return batches[:i]
+        return batches
+
     def batch_for_timestamp(self, timestamp_ms: int) -> Buffer | None:
         """The first committed batch with a record at or after timestamp_ms, if any.
 
@@ -385,6 +498,7 @@ class LogStream:
         if removed:
             self._timestamps.drop_before(self.log_start_offset)
             self.epochs.drop_before(self.log_start_offset)
+            self.txns.drop_before(self.log_start_offset)
         return removed
 
     def _drop_before(self) -> int | None:
@@ -424,15 +538,7 @@ class LogStream:
         self._expire_producers(now)
         self._timestamps.add(info.base_offset, info.max_timestamp, info.size)
         self.epochs.assign(info.partition_leader_epoch, info.base_offset)
-        self.producers.record(
-            info.producer_id,
-            info.producer_epoch,
-            info.base_sequence,
-            info.last_offset_delta,
-            info.base_offset,
-            info.max_timestamp if info.timestamp_type else -1,
-            now,
-        )
+        self._track_producer(info, payload, now)
 
     def on_restored(self, index: int) -> None:
         """The group replaced this replica's log by a snapshot ending at raft `index`:

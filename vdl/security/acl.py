@@ -2,7 +2,9 @@
 
 The model is Kafka's (KIP-11), trimmed to what VDL serves: an entry allows or denies a
 principal (``User:alice``, or ``User:*`` for everyone) one operation on a resource (a topic,
-a consumer group, or the cluster), named literally, by prefix, or ``*`` for all. A DENY
+a consumer group, a transactional id, or the cluster), named literally, by prefix, or ``*``
+for all. A transactional id takes WRITE (InitProducerId, the transaction's requests and
+its Produce) and DESCRIBE (DescribeTransactions, ListTransactions), as in Kafka (KIP-98). A DENY
 wins over any ALLOW; READ, WRITE, DELETE and ALTER imply DESCRIBE; ALL covers every
 operation. Superusers pass every check; when authorization is on and nothing matches, the
 answer is no.
@@ -42,6 +44,7 @@ class ResourceType(enum.StrEnum):
     TOPIC = "topic"
     GROUP = "group"
     CLUSTER = "cluster"
+    TRANSACTIONAL_ID = "transactional_id"
 
 
 class Pattern(enum.StrEnum):
@@ -183,6 +186,9 @@ class Authorizer:
 
     def group(self, principal: str | None, operation: Operation, name: str) -> bool:
         return self.allowed(principal, operation, ResourceType.GROUP, name)
+
+    def transactional_id(self, principal: str | None, operation: Operation, name: str) -> bool:
+        return self.allowed(principal, operation, ResourceType.TRANSACTIONAL_ID, name)
 
     def cluster(self, principal: str | None, operation: Operation) -> bool:
         return self.allowed(principal, operation, ResourceType.CLUSTER, CLUSTER_NAME)

@@ -56,13 +56,15 @@ def test_kafka_error_carries_code() -> None:
 
 def test_advertised_set_is_the_recommended_one() -> None:
     assert ADVERTISED == {
-        0: (0, 8), 1: (4, 11), 2: (1, 5), 3: (0, 12), 8: (2, 7), 9: (1, 5), 10: (0, 2),
+        0: (0, 8), 1: (4, 11), 2: (1, 5), 3: (0, 12), 8: (2, 7), 9: (1, 8), 10: (0, 2),
         11: (0, 5), 12: (0, 3), 13: (0, 3), 14: (0, 3), 15: (0, 4), 16: (0, 2),
-        18: (0, 4), 19: (2, 7), 20: (1, 6), 22: (0, 1), 32: (1, 3), 37: (0, 1),
+        18: (0, 4), 19: (2, 7), 20: (1, 6), 22: (0, 4), 32: (1, 3), 37: (0, 1),
         33: (0, 1), 35: (0, 1), 44: (0, 1), 60: (0, 1),
         21: (0, 1), 23: (2, 3),
         29: (1, 3), 30: (1, 3), 31: (1, 3), 50: (0, 0), 51: (0, 0),
         42: (0, 1), 43: (0, 1), 47: (0, 0),
+        24: (0, 3), 25: (0, 3), 26: (0, 3), 28: (0, 3), 65: (0, 0), 66: (0, 1),
+        61: (0, 0),
     }  # fmt: skip
     assert set(ADVERTISED) <= {int(k) for k in ApiKey}
     assert advertised(sasl=True) == {**ADVERTISED, 17: (0, 1), 36: (0, 1)}
@@ -86,6 +88,12 @@ def test_advertised_versions_are_not_flexible_except_api_versions() -> None:
     # The ACL APIs go to v3 (flexible from v2); the SCRAM credential APIs are flexible-only.
     topic_ids |= {ApiKey.DESCRIBE_ACLS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS}
     topic_ids |= {ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS}
+    # The transaction APIs go to the versions current clients send (KIP-360, KIP-588, KIP-664).
+    topic_ids |= {ApiKey.INIT_PRODUCER_ID, ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.END_TXN}
+    topic_ids |= {ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.TXN_OFFSET_COMMIT}
+    topic_ids |= {ApiKey.DESCRIBE_TRANSACTIONS, ApiKey.LIST_TRANSACTIONS}
+    topic_ids |= {ApiKey.DESCRIBE_PRODUCERS}  # flexible-only (KIP-664)
+    topic_ids |= {ApiKey.OFFSET_FETCH}  # v7 require_stable (KIP-447), v8 groups (KIP-709)
     for key, (_low, high) in ADVERTISED.items():
         if key == ApiKey.API_VERSIONS or key in topic_ids:
             continue

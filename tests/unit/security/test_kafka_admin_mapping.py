@@ -44,7 +44,7 @@ def test_a_binding_maps_exactly() -> None:
     ("fields", "why"),
     [
         ({"host": "10.0.0.1"}, "hosts"),
-        ({"resource_type": 5}, "TRANSACTIONAL_ID"),
+        ({"resource_type": 6}, "DELEGATION_TOKEN"),
         ({"operation": CLUSTER_ACTION}, "CLUSTER_ACTION"),
         ({"resource_pattern_type": MATCH}, "pattern"),
         ({"principal": "Group:x"}, "User:NAME"),
@@ -57,6 +57,11 @@ def test_what_vdl_cannot_express_is_refused(fields: dict[str, Any], why: str) ->
     with pytest.raises(Refused) as refused:
         _entry_of(creation(**fields))
     assert refused.value.code == 42 and why in refused.value.message
+
+
+def test_a_transactional_id_binding_maps_exactly() -> None:
+    entry = _entry_of(creation(resource_type=5, resource_name="tx", operation=4))
+    assert entry == AclEntry("User:bob", ResourceType.TRANSACTIONAL_ID, "tx", Operation.WRITE)
 
 
 def entry(name: str, pattern: Pattern = Pattern.LITERAL) -> AclEntry:

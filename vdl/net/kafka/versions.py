@@ -7,7 +7,9 @@ DeleteTopics go on into their flexible versions (KIP-482) for the topic ids
 of KIP-516: by them a client sees that a topic was deleted and created again.
 IncrementalAlterConfigs v1 is flexible, and DescribeCluster has no other versions.
 The ACL APIs go up to v3 and the SCRAM credential APIs (flexible-only, KIP-554)
-are v0, as kafka-python sends them.
+are v0, as kafka-python sends them. The transaction APIs go to the flexible versions
+current clients send (KIP-360's producer id in InitProducerId v3, KIP-588's
+PRODUCER_FENCED), stopping before KIP-890's server-side changes.
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ class ApiKey(enum.IntEnum):
     DELETE_TOPICS = 20
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    TXN_OFFSET_COMMIT = 28
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
     DELETE_ACLS = 31
@@ -52,6 +58,9 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
 
 
 ADVERTISED: dict[int, tuple[int, int]] = {
@@ -63,7 +72,7 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     ApiKey.LIST_OFFSETS: (1, 5),
     ApiKey.METADATA: (0, 12),
     ApiKey.OFFSET_COMMIT: (2, 7),
-    ApiKey.OFFSET_FETCH: (1, 5),
+    ApiKey.OFFSET_FETCH: (1, 8),
     ApiKey.FIND_COORDINATOR: (0, 2),
     ApiKey.JOIN_GROUP: (0, 5),
     ApiKey.HEARTBEAT: (0, 3),
@@ -76,7 +85,18 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_TOPICS: (1, 6),
     # v0-1 (v1 only differs in throttling); v2 is flexible.
     ApiKey.DELETE_RECORDS: (0, 1),
-    ApiKey.INIT_PRODUCER_ID: (0, 1),
+    # v0-4: v3 (flexible) carries the producer's id and epoch (KIP-360), v4 lets the
+    # answer be PRODUCER_FENCED (KIP-588).
+    ApiKey.INIT_PRODUCER_ID: (0, 4),
+    # The transaction coordinator's APIs up to v3, the last before KIP-890's changes
+    # (vdl/net/kafka/apis/txn_coordinator.py); v3 are flexible.
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
+    ApiKey.END_TXN: (0, 3),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 3),
+    # Flexible only (KIP-664); ListTransactions v1 filters by duration (KIP-994).
+    ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+    ApiKey.LIST_TRANSACTIONS: (0, 1),
     # v1-3 (Kafka 4 dropped v0); librdkafka sends v1, kafka-python up to v3.
     ApiKey.DESCRIBE_ACLS: (1, 3),
     ApiKey.CREATE_ACLS: (1, 3),
@@ -91,6 +111,8 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_LOG_DIRS: (0, 1),
     # Flexible only (KIP-700): v1 adds the endpoint type; v2 (fenced brokers) is not served.
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    # Flexible only (KIP-664): what `kafka-transactions describe-producers` sends.
+    ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     # v0-1 (v1 only differs in throttling); librdkafka sends at most v1.
     ApiKey.CREATE_PARTITIONS: (0, 1),
     # v0-1, the last non-flexible versions; kafka-python and librdkafka use them.

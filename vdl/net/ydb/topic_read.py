@@ -19,6 +19,9 @@ longer ago than that, as its proto comment says.
 
 Records are converted by ``vdl.log.ydb_mapping``: YDB-written messages come back with their
 seq_no, producer and metadata; Kafka-written records read with that module's defaults.
+Kafka transactions (KIP-98) are read as a read_committed Kafka consumer reads them: only up
+to the partition's last stable offset, and the records of an aborted transaction (and the
+markers) are skipped, never delivered.
 Batches are sent with codec RAW: stored batches are decompressed here whatever the Kafka
 codec that wrote them (``vdl.log.codecs``; in a worker thread when a read meets many
 compressed bytes), except for messages written with a custom codec, which go out with it.
@@ -75,6 +78,7 @@ from vdl.net.ydb.protos import ydb_topic_pb2
 from vdl.net.ydb.read_balancer import ReadCoordinator, Wanted
 from vdl.net.ydb.topic_admin import TopicAdmin
 from vdl.security.acl import Operation, ResourceType
+from vdl.txn.partition_txns import AbortedTxn, aborted_batch
 
 log = logging.getLogger(__name__)
 
@@ -590,18 +594,24 @@ class ReadSession:
             part.read_offset = max(
                 part.read_offset, recent if recent is not None else stream.high_watermark
             )
-        if part.read_offset >= stream.high_watermark:
+        # Committed transactions only (KIP-98's read_committed): up to the last stable
+        # offset, and never a record of an aborted transaction. The store is read here, on
+        # the event loop (it is single-threaded); only decoding may move to a worker
+        # thread, on copies of the batches it reads.
+        batches = stream.read_stable(part.read_offset, budget)
+        if not batches:
             return [], 0, part.read_offset
-        # The store is read here, on the event loop (it is single-threaded); only decoding
-        # may move to a worker thread, on copies of the batches it reads.
-        batches = stream.read(part.read_offset, budget)
+        end = parse_batch_header(batches[-1]).next_offset
+        aborted = stream.txns.aborted(part.read_offset, end)
         compressed = sum(len(b) for b in batches if parse_batch_header(b).compression)
         read_offset = part.read_offset
         try:
             if compressed > _THREAD_DECODE_BYTES:
                 copies = [bytes(b) for b in batches]
-                return await trio.to_thread.run_sync(decode_messages, copies, read_offset, budget)
-            return decode_messages(batches, read_offset, budget)
+                return await trio.to_thread.run_sync(
+                    decode_messages, copies, read_offset, budget, aborted
+                )
+            return decode_messages(batches, read_offset, budget, aborted)
         except UnsupportedCodec as exc:
             raise YdbError(
                 StatusIds.UNSUPPORTED,
@@ -628,12 +638,15 @@ def hosted(broker: Broker, topic: str, partition: int) -> bool:
 
 
 def decode_messages(
-    batches: Sequence[Buffer], read_offset: int, budget: int
+    batches: Sequence[Buffer],
+    read_offset: int,
+    budget: int,
+    aborted: Sequence[AbortedTxn] = (),
 ) -> tuple[list[YdbMessage], int, int]:
     """The messages of ``batches`` from ``read_offset`` on, as many as ``budget`` bytes
     allow (at least one), what they cost in credit, and the offset to read from next (past
-    every batch read to its end, control and emptied ones too). Pure: it may run in a
-    thread.
+    every batch read to its end, control and emptied ones too, and the batches of the
+    ``aborted`` transactions, which are never delivered). Pure: it may run in a thread.
 
     A batch that cannot be decoded ends the read with the messages before it; only when
     it comes first does its error reach the reader."""
@@ -642,7 +655,7 @@ def decode_messages(
     next_offset = read_offset
     for batch in batches:
         header = parse_batch_header(batch)
-        if header.is_control:
+        if header.is_control or aborted_batch(header, aborted):
             next_offset = max(next_offset, header.next_offset)
             continue
         try:

@@ -4,7 +4,7 @@ The same entries `vdl acl` manages (`vdl.security.acl`): Kafka's resource types,
 types, operations and permissions map one to one where VDL has them. What VDL's model
 cannot express is refused per entry with INVALID_REQUEST and a message naming why, never
 widened or narrowed: a host other than ``*`` (VDL does not model hosts), resource types
-VDL has no use for (TRANSACTIONAL_ID, DELEGATION_TOKEN, USER), and operations it never
+VDL has no use for (DELEGATION_TOKEN, USER), and operations it never
 checks (CLUSTER_ACTION, DESCRIBE_CONFIGS, CREATE_TOKENS, DESCRIBE_TOKENS: those without an
 `Operation` of the same name). A describe or delete filter naming one of those is valid
 and matches nothing, since no VDL entry has it.
@@ -55,8 +55,9 @@ _RESOURCE_TYPES: dict[int, ResourceType] = {
     2: ResourceType.TOPIC,
     3: ResourceType.GROUP,
     4: ResourceType.CLUSTER,
+    5: ResourceType.TRANSACTIONAL_ID,
 }
-_RESOURCE_TYPES_UNMODELLED = {5: "TRANSACTIONAL_ID", 6: "DELEGATION_TOKEN", 7: "USER"}
+_RESOURCE_TYPES_UNMODELLED = {6: "DELEGATION_TOKEN", 7: "USER"}
 _PATTERNS: dict[int, Pattern] = {3: Pattern.LITERAL, 4: Pattern.PREFIXED}
 _KAFKA_OPERATIONS = {
     2: "ALL",

@@ -17,6 +17,7 @@ from vdl.net.kafka.apis.configs_admin import (
 from vdl.net.kafka.apis.context import Pending, RequestContext, ready
 from vdl.net.kafka.apis.delete_records import handle_delete_records
 from vdl.net.kafka.apis.describe_configs import handle_describe_configs
+from vdl.net.kafka.apis.describe_producers import handle_describe_producers
 from vdl.net.kafka.apis.elect_leaders import handle_elect_leaders
 from vdl.net.kafka.apis.fetch import handle_fetch
 from vdl.net.kafka.apis.find_coordinator import handle_find_coordinator
@@ -46,6 +47,14 @@ from vdl.net.kafka.apis.topics_admin import (
     handle_create_partitions,
     handle_create_topics,
     handle_delete_topics,
+)
+from vdl.net.kafka.apis.txn_coordinator import (
+    handle_add_offsets_to_txn,
+    handle_add_partitions_to_txn,
+    handle_describe_transactions,
+    handle_end_txn,
+    handle_list_transactions,
+    handle_txn_offset_commit,
 )
 from vdl.net.kafka.control_codec import api_versions_response
 from vdl.net.kafka.versions import ADVERTISED, SASL_ADVERTISED, SERVED_PRODUCE_MIN, ApiKey
@@ -99,6 +108,13 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.DELETE_GROUPS: handle_delete_groups,
     ApiKey.OFFSET_DELETE: handle_offset_delete,
     ApiKey.ELECT_LEADERS: handle_elect_leaders,
+    ApiKey.ADD_PARTITIONS_TO_TXN: handle_add_partitions_to_txn,
+    ApiKey.ADD_OFFSETS_TO_TXN: handle_add_offsets_to_txn,
+    ApiKey.END_TXN: handle_end_txn,
+    ApiKey.TXN_OFFSET_COMMIT: handle_txn_offset_commit,
+    ApiKey.DESCRIBE_TRANSACTIONS: handle_describe_transactions,
+    ApiKey.LIST_TRANSACTIONS: handle_list_transactions,
+    ApiKey.DESCRIBE_PRODUCERS: handle_describe_producers,
 }
 
 

@@ -17,6 +17,12 @@ The reads run on the event loop, in steps of at most ``READ_STEP`` bytes with a 
 between them: one step is a pread from the page cache and a CRC-32C over it (about 2-3 ms
 for 1 MiB), so other connections and the Raft heartbeats on the same loop wait at most that
 long for a fetch, however large.
+
+Transactions (KIP-98, Fetch v4+): every partition's answer carries its last stable offset
+(LSO). A read_committed fetch (isolation_level 1) returns only batches below the LSO, with
+the aborted transactions that may have records in the range returned, (producer id, first
+offset) each, so that the consumer drops their records; control batches go out as they
+are (clients skip them). A read_uncommitted fetch reads up to the high watermark, as before.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from vdl.security.acl import Operation
 
 _Topics = list[tuple[str, list[FetchPartitionResult]]]
 READ_STEP = 1024 * 1024
+READ_COMMITTED = 1
 # Each partition's error in a response counts (kafka_request_errors, request_metrics.py).
 _METRICS = api_metrics(ApiKey.FETCH)
 
@@ -55,15 +62,18 @@ def without_records(topics: _Topics) -> _Topics:
     return [(name, [replace(result, records=[]) for result in results]) for name, results in topics]
 
 
-async def _read(stream: LogStream, offset: int, budget: int, first_whole: bool) -> list[Buffer]:
+async def _read(
+    stream: LogStream, offset: int, budget: int, first_whole: bool, committed: bool
+) -> list[Buffer]:
     """Committed batches from ``offset``, up to ``budget`` bytes, read in steps of READ_STEP
     with a checkpoint between steps. With ``first_whole`` the first batch is returned
     whatever its size (KIP-74's exception); without it, a first batch larger than the budget
-    means no records."""
+    means no records. With ``committed`` (read_committed), only batches below the LSO."""
     records: list[Buffer] = []
     size = 0
+    read = stream.read_stable if committed else stream.read
     while True:
-        step = stream.read(offset, max(min(budget - size, READ_STEP), 0))
+        step = read(offset, max(min(budget - size, READ_STEP), 0))
         # The store returns a step's first batch whatever its size: only the very first
         # batch of a first_whole read may exceed the budget; any other waits for a later
         # fetch.
@@ -77,6 +87,14 @@ async def _read(stream: LogStream, offset: int, budget: int, first_whole: bool) 
         await trio.lowlevel.checkpoint()
 
 
+def _aborted(stream: LogStream, offset: int, records: list[Buffer]) -> list[tuple[int, int]]:
+    """The aborted transactions with records in what a read_committed fetch returns."""
+    if not records:
+        return []
+    end = parse_batch_header(records[-1]).next_offset
+    return [(a.producer_id, a.first_offset) for a in stream.txns.aborted(offset, end)]
+
+
 async def _collect(
     ctx: RequestContext, request: FetchRequest
 ) -> tuple[_Topics, int, bool, list[LogStream]]:
@@ -87,6 +105,7 @@ async def _collect(
     errors = False
     streams: list[LogStream] = []
     topics: _Topics = []
+    committed = request.isolation_level == READ_COMMITTED
     for topic in request.topics:
         results: list[FetchPartitionResult] = []
         readable = ctx.may_topic(Operation.READ, topic.name)
@@ -122,13 +141,19 @@ async def _collect(
             # limits hold (Kafka's ReplicaManager.readFromLocalLog, minOneMessage).
             if remaining > 0 or total == 0:
                 budget = min(part.partition_max_bytes, limit, max(remaining, 0))
-                records = await _read(stream, offset, budget, first_whole=total == 0)
+                records = await _read(stream, offset, budget, total == 0, committed)
                 size = sum(len(r) for r in records)
                 total += size
                 remaining -= size
             # After the read: every batch read was committed by then, so below this mark.
             hw = stream.high_watermark
-            results.append(FetchPartitionResult(part.partition, 0, hw, hw, start, records=records))
+            lso = stream.last_stable_offset
+            aborted = _aborted(stream, offset, records) if committed else None
+            results.append(
+                FetchPartitionResult(
+                    part.partition, 0, hw, lso, start, aborted_transactions=aborted, records=records
+                )
+            )
         topics.append((topic.name, results))
     return topics, total, errors, streams
 

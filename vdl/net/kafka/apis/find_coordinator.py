@@ -1,11 +1,5 @@
-"""FindCoordinator: one node coordinates every group (on a cluster, group 0's leader).
-
-Transactions are not served. A transactional id (key type 1) is answered with
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED and the message "transactions are not supported by
-this server": of the answers a broker may give, only an authorization failure is fatal to
-librdkafka's transaction manager (it retries every other error until init_transactions()
-times out), and kafka-python and aiokafka raise it at once too. The answer is true as far
-as it goes: no principal may use a transactional id here.
+"""FindCoordinator: one node coordinates every group and every transactional id (on a
+cluster, group 0's leader: `coordinator_role.py`, `vdl.txn.coordinator`).
 """
 
 from __future__ import annotations
@@ -24,27 +18,22 @@ log = logging.getLogger(__name__)
 
 _GROUP_KEY = 0
 _TRANSACTION_KEY = 1
-TRANSACTIONS_UNSUPPORTED = "transactions are not supported by this server"
+_KEYS = (_GROUP_KEY, _TRANSACTION_KEY)
 
 
-def _unserved_key(ctx: RequestContext, key_type: int, key: str) -> tuple[ErrorCode, str]:
-    """The error for a coordinator this node does not provide, logged once per request."""
-    if key_type == _TRANSACTION_KEY:
-        log.info(
-            "FindCoordinator from %s for transactional id %r: %s",
-            ctx.header.client_id,
-            key,
-            TRANSACTIONS_UNSUPPORTED,
-        )
-        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_UNSUPPORTED
+def _unserved_key(ctx: RequestContext, key_type: int) -> tuple[ErrorCode, str]:
+    """The error for a key type with no coordinator here, logged once per request."""
     log.info("FindCoordinator from %s: key type %d is not served", ctx.header.client_id, key_type)
     return ErrorCode.INVALID_REQUEST, f"key type {key_type} is not supported"
 
 
-def _coordinator(ctx: RequestContext) -> BrokerAddress | None:
-    """Who coordinates every group: this node alone, or on a cluster the metadata group's
-    leader (it applies committed offsets first); None while there is none."""
+def _coordinator(ctx: RequestContext, key_type: int) -> BrokerAddress | None:
+    """Who coordinates every group and transactional id: this node alone, or on a cluster
+    the metadata group's leader (it applies committed offsets and transactions first);
+    None while there is none."""
     if ctx.broker.groups is None:
+        return None
+    if key_type == _TRANSACTION_KEY and ctx.broker.transactions is None:
         return None
     cluster = ctx.broker.cluster
     if cluster is None:
@@ -66,7 +55,7 @@ def handle_find_coordinator(ctx: RequestContext) -> Pending:
             port=-1,
             version=ctx.version,
         )
-    elif key_type == _GROUP_KEY and (coordinator := _coordinator(ctx)) is not None:
+    elif key_type in _KEYS and (coordinator := _coordinator(ctx, key_type)) is not None:
         response = FindCoordinatorResponse(
             throttle_time_ms=0,
             error_code=0,
@@ -77,10 +66,10 @@ def handle_find_coordinator(ctx: RequestContext) -> Pending:
             version=ctx.version,
         )
     else:
-        if key_type == _GROUP_KEY:
-            error, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "no group coordinator now"
+        if key_type in _KEYS:
+            error, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "no coordinator now"
         else:
-            error, message = _unserved_key(ctx, key_type, request.key)
+            error, message = _unserved_key(ctx, key_type)
         response = FindCoordinatorResponse(
             throttle_time_ms=0,
             error_code=int(error),

@@ -1,5 +1,7 @@
 """ListOffsets: earliest (log start), latest (high watermark) or the first offset at a time.
 
+With isolation_level 1 (read_committed, KIP-98, v2+) latest is the last stable offset.
+
 By timestamp, as Kafka answers it: the offset and timestamp of the first record (not
 batch) whose timestamp is at or after the one asked for, or -1/-1 if there is none. The
 stream finds the batch holding it through its timestamp index (a bounded read); the
@@ -56,12 +58,16 @@ def _decode(answers: list[_Answer]) -> None:
 
 def handle_list_offsets(ctx: RequestContext) -> Pending:
     request = decode_request(ctx.header, ctx.frame)
+    committed = int(getattr(request, "isolation_level", 0)) == 1
     # Everything that touches streams happens now, in the request's turn; only the decoding
     # of the batches found is left for later.
     answers = [
         (
             topic.name,
-            [(part.partition_index, _lookup(ctx, topic.name, part)) for part in topic.partitions],
+            [
+                (part.partition_index, _lookup(ctx, topic.name, part, committed))
+                for part in topic.partitions
+            ],
         )
         for topic in request.topics
     ]
@@ -92,7 +98,7 @@ def handle_list_offsets(ctx: RequestContext) -> Pending:
     return finish
 
 
-def _lookup(ctx: RequestContext, topic: str, part: Any) -> _Answer:
+def _lookup(ctx: RequestContext, topic: str, part: Any, committed: bool) -> _Answer:
     try:
         if not ctx.may_topic(Operation.DESCRIBE, topic):
             raise TopicError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, topic)
@@ -102,8 +108,8 @@ def _lookup(ctx: RequestContext, topic: str, part: Any) -> _Answer:
     except TopicError as exc:
         return _Answer(error=int(exc.error))
     if part.timestamp == LATEST:
-        # Without transactions the last stable offset is the high watermark.
-        return _Answer(offset=stream.high_watermark, leader_epoch=stream.leader_epoch)
+        latest = stream.last_stable_offset if committed else stream.high_watermark
+        return _Answer(offset=latest, leader_epoch=stream.leader_epoch)
     if part.timestamp == EARLIEST:
         start = stream.log_start_offset
         return _Answer(offset=start, leader_epoch=epoch_at(stream, start))

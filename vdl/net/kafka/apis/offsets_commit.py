@@ -12,6 +12,7 @@ from vdl.net.kafka.apis.context import Pending, RequestContext, Response, ready
 from vdl.net.kafka.apis.groups import instance_id, serving, unavailable
 from vdl.net.kafka.control_codec import decode_request, encode_response
 from vdl.security.acl import Operation
+from vdl.txn.pending_offsets import pending_offsets
 
 _CommitTopic = OffsetCommitResponse.OffsetCommitResponseTopic
 _CommitPartition = _CommitTopic.OffsetCommitResponsePartition
@@ -113,54 +114,109 @@ def _commit_response(
     return encode_response(ctx.header, response)
 
 
-def handle_offset_fetch(ctx: RequestContext) -> Pending:
-    request = decode_request(ctx.header, ctx.frame)
+# OffsetFetch v7 carries `require_stable` (KIP-447); v8 asks for several groups at once
+# (KIP-709), each answered with its own error code instead of the top-level one.
+_FETCH_STABLE_FROM = 7
+_FETCH_GROUPS_FROM = 8
+_FetchGroup = OffsetFetchResponse.OffsetFetchResponseGroup
+_FetchGroupTopic = _FetchGroup.OffsetFetchResponseTopics
+_FetchGroupPartition = _FetchGroupTopic.OffsetFetchResponsePartitions
+# (partition, committed offset, leader epoch, metadata, error) of one partition's answer.
+_FetchedPartition = tuple[int, int, int, str, ErrorCode]
+
+
+def _fetch_group(
+    ctx: RequestContext, group_id: str, topics: Any, require_stable: bool
+) -> tuple[ErrorCode, dict[str, list[_FetchedPartition]]]:
+    """One group's answer: its error, and each topic's partitions in the order fetched."""
     groups = serving(ctx)
     wanted: list[TopicPartition] | None = None
-    if request.topics is not None:
-        wanted = [(t.name, p) for t in request.topics for p in t.partition_indexes]
-    by_topic: dict[str, list[Any]] = {}
-    top_error = ErrorCode.NONE
-    if groups is None or not ctx.may_group(Operation.DESCRIBE, request.group_id):
-        top_error = unavailable(ctx) if groups is None else ErrorCode.GROUP_AUTHORIZATION_FAILED
+    if topics is not None:
+        wanted = [(t.name, p) for t in topics for p in t.partition_indexes]
+    by_topic: dict[str, list[_FetchedPartition]] = {}
+    if groups is None or not ctx.may_group(Operation.DESCRIBE, group_id):
+        error = unavailable(ctx) if groups is None else ErrorCode.GROUP_AUTHORIZATION_FAILED
         for topic, partition in wanted or []:
             by_topic.setdefault(topic, []).append(
-                _FetchPartition(
-                    partition_index=partition,
-                    committed_offset=NO_OFFSET,
-                    committed_leader_epoch=NO_LEADER_EPOCH,
-                    metadata="",
-                    error_code=int(top_error),
+                (partition, NO_OFFSET, NO_LEADER_EPOCH, "", error)
+            )
+        return error, by_topic
+    # KIP-447: a partition an Ongoing transaction holds offsets for is not answered while
+    # the client asks for stable offsets; UNSTABLE_OFFSET_COMMIT is retriable.
+    unstable = pending_offsets(ctx.broker.meta).pending(group_id) if require_stable else set()
+    for (topic, partition), committed in groups.fetch_offsets(group_id, wanted).items():
+        if not ctx.may_topic(Operation.DESCRIBE, topic):
+            row = (partition, NO_OFFSET, NO_LEADER_EPOCH, "", ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+        elif (topic, partition) in unstable:
+            row = (partition, NO_OFFSET, NO_LEADER_EPOCH, "", ErrorCode.UNSTABLE_OFFSET_COMMIT)
+        elif committed is None:
+            # No commit is offset -1 with no error: the client applies its reset policy.
+            row = (partition, NO_OFFSET, NO_LEADER_EPOCH, "", ErrorCode.NONE)
+        else:
+            row = (
+                partition,
+                committed.offset,
+                committed.leader_epoch,
+                committed.metadata,
+                ErrorCode.NONE,
+            )
+        by_topic.setdefault(topic, []).append(row)
+    return ErrorCode.NONE, by_topic
+
+
+def handle_offset_fetch(ctx: RequestContext) -> Pending:
+    request = decode_request(ctx.header, ctx.frame)
+    require_stable = ctx.version >= _FETCH_STABLE_FROM and bool(request.require_stable)
+    if ctx.version >= _FETCH_GROUPS_FROM:
+        answered = []
+        for group in request.groups:
+            error, by_topic = _fetch_group(ctx, group.group_id, group.topics, require_stable)
+            answered.append(
+                _FetchGroup(
+                    group_id=group.group_id,
+                    # A group refused as a whole is answered without partitions, as Kafka.
+                    topics=[]
+                    if error != ErrorCode.NONE
+                    else [
+                        _FetchGroupTopic(
+                            name=name,
+                            partitions=[
+                                _FetchGroupPartition(
+                                    partition_index=partition,
+                                    committed_offset=offset,
+                                    committed_leader_epoch=epoch,
+                                    metadata=metadata,
+                                    error_code=int(partition_error),
+                                )
+                                for partition, offset, epoch, metadata, partition_error in parts
+                            ],
+                        )
+                        for name, parts in by_topic.items()
+                    ],
+                    error_code=int(error),
                 )
             )
-    else:
-        for (topic, partition), committed in groups.fetch_offsets(request.group_id, wanted).items():
-            if not ctx.may_topic(Operation.DESCRIBE, topic):
-                by_topic.setdefault(topic, []).append(
-                    _FetchPartition(
-                        partition_index=partition,
-                        committed_offset=NO_OFFSET,
-                        committed_leader_epoch=NO_LEADER_EPOCH,
-                        metadata="",
-                        error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
-                    )
-                )
-                continue
-            by_topic.setdefault(topic, []).append(
-                _FetchPartition(
-                    partition_index=partition,
-                    # No commit is offset -1 with no error: the client applies its reset policy.
-                    committed_offset=NO_OFFSET if committed is None else committed.offset,
-                    committed_leader_epoch=(
-                        NO_LEADER_EPOCH if committed is None else committed.leader_epoch
-                    ),
-                    metadata="" if committed is None else committed.metadata,
-                    error_code=0,
-                )
-            )
+        response = OffsetFetchResponse(throttle_time_ms=0, groups=answered, version=ctx.version)
+        return ready(encode_response(ctx.header, response))
+    top_error, by_topic = _fetch_group(ctx, request.group_id, request.topics, require_stable)
     response = OffsetFetchResponse(
         throttle_time_ms=0,
-        topics=[_FetchTopic(name=name, partitions=parts) for name, parts in by_topic.items()],
+        topics=[
+            _FetchTopic(
+                name=name,
+                partitions=[
+                    _FetchPartition(
+                        partition_index=partition,
+                        committed_offset=offset,
+                        committed_leader_epoch=epoch,
+                        metadata=metadata,
+                        error_code=int(partition_error),
+                    )
+                    for partition, offset, epoch, metadata, partition_error in parts
+                ],
+            )
+            for name, parts in by_topic.items()
+        ],
         error_code=int(top_error),
         version=ctx.version,
     )

@@ -7,6 +7,7 @@ reason of each such record (KIP-467), so that the producer fails exactly those r
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 
@@ -20,6 +21,7 @@ from vdl.log.record_batch import InvalidBatch, check_record_timestamps, validate
 from vdl.log.stream import Appended, LogStream, StreamError
 from vdl.metrics.stages import STAGES
 from vdl.net.kafka.apis.context import Pending, RequestContext, Response
+from vdl.net.kafka.apis.txn_coordinator import may_transactional_id
 from vdl.net.kafka.produce_codec import (
     PartitionProduceResult,
     decode_produce_request,
@@ -28,6 +30,9 @@ from vdl.net.kafka.produce_codec import (
 from vdl.net.kafka.request_metrics import api_metrics
 from vdl.net.kafka.versions import ApiKey
 from vdl.security.acl import Operation
+from vdl.txn.produce_check import PendingBatch, check_batch
+
+log = logging.getLogger(__name__)
 
 ZSTD_MIN_PRODUCE_VERSION = 7
 # Kafka's "no limit" for the timestamp settings (Long.MAX_VALUE).
@@ -53,6 +58,8 @@ class _Slot:
     record_errors: list[tuple[int, str]] = field(default_factory=list)
     stream: LogStream | None = None
     appended: Appended | None = None
+    # A transaction's first batch here, appended once verified (KIP-890, produce_check.py).
+    pending: tuple[PendingBatch, memoryview] | None = None
 
 
 def _timestamp_bounds(broker: Broker, topic: Topic) -> tuple[int, int] | None:
@@ -74,7 +81,14 @@ def _timestamp_bounds(broker: Broker, topic: Topic) -> tuple[int, int] | None:
     return before, after
 
 
-def _append_one(ctx: RequestContext, slot: _Slot, records: memoryview | None, version: int) -> None:
+def _append_one(
+    ctx: RequestContext,
+    slot: _Slot,
+    records: memoryview | None,
+    version: int,
+    transactional_id: str | None,
+    bounds_by_topic: dict[str, tuple[int, int] | None],
+) -> None:
     broker = ctx.broker
     try:
         topic = broker.catalog.get(slot.topic)
@@ -88,15 +102,35 @@ def _append_one(ctx: RequestContext, slot: _Slot, records: memoryview | None, ve
             max_batch_bytes=int(broker.topic_config(topic, "max.message.bytes")),
             allow_zstd=version >= ZSTD_MIN_PRODUCE_VERSION,
         )
+        if info.is_transactional and transactional_id is None:
+            # As Kafka: transactional records come with the producer's transactional id.
+            log.warning(
+                "Produce to %s-%d refused: a transactional batch without a transactional id",
+                slot.topic,
+                slot.partition,
+            )
+            raise InvalidBatch(
+                ErrorCode.INVALID_RECORD, "transactional batch without a transactional id"
+            )
         if is_compacted(broker.topic_config(topic, "cleanup.policy")):
             check_record_keys(records)
-        bounds = _timestamp_bounds(broker, topic)
+        # The topic's limits, read from its config once per request.
+        if slot.topic not in bounds_by_topic:
+            bounds_by_topic[slot.topic] = _timestamp_bounds(broker, topic)
+        bounds = bounds_by_topic[slot.topic]
         if bounds is not None:
             # Reads every record (decompressing if need be), so only the topics that set
             # a limit pay for it.
             check_record_timestamps(
                 records, now_ms=stream.clock_ms(), before_max_ms=bounds[0], after_max_ms=bounds[1]
             )
+        if info.is_transactional and transactional_id is not None:
+            pending = check_batch(
+                broker.transactions, stream, slot.topic, slot.partition, transactional_id, info
+            )
+            if pending is not None:
+                slot.pending = (pending, records)
+                return
         slot.appended = stream.append(records, info)
         slot.stream = stream
     except (TopicError, StreamError) as exc:
@@ -113,19 +147,25 @@ def handle_produce(ctx: RequestContext) -> Pending:
     decoded = time.perf_counter()
     _DECODE.observe(decoded - started)
     slots: list[_Slot] = []
+    bounds_by_topic: dict[str, tuple[int, int] | None] = {}
+    # Kafka: a transactional Produce needs Write on its transactional id.
+    id_refused = request.transactional_id is not None and not may_transactional_id(
+        ctx, Operation.WRITE, request.transactional_id, "Produce"
+    )
     for topic in request.topics:
         for partition in topic.partitions:
             slot = _Slot(topic.name, partition.index)
             slots.append(slot)
-            if request.transactional_id is not None:
+            if id_refused:
                 slot.error = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-                slot.message = "transactions are not supported"
             elif not ctx.may_topic(Operation.WRITE, topic.name):
                 slot.error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             elif request.acks not in (0, 1, -1):
                 slot.error = ErrorCode.INVALID_REQUIRED_ACKS
             else:
-                _append_one(ctx, slot, partition.records, version)
+                _append_one(
+                    ctx, slot, partition.records, version, request.transactional_id, bounds_by_topic
+                )
     _APPEND.since(decoded)
     acks, timeout_ms, correlation_id = request.acks, request.timeout_ms, ctx.header.correlation_id
     throttle_ms = 0
@@ -136,6 +176,14 @@ def handle_produce(ctx: RequestContext) -> Pending:
         throttle_ms = ctx.quotas.record_produce(ctx.header.client_id or "", len(ctx.frame), now)
 
     async def finish() -> Response:
+        try:
+            for slot in slots:
+                if slot.pending is not None:
+                    await _append_verified(slot, *slot.pending)
+        finally:
+            for slot in slots:  # cancelled: no batch queued behind these waits for ever
+                if slot.pending is not None:
+                    slot.pending[0].done()
         if acks == 0:
             return None
         # On one node both mean "durable here". Under replication acks=all waits for the
@@ -158,6 +206,27 @@ def handle_produce(ctx: RequestContext) -> Pending:
         return response
 
     return finish
+
+
+async def _append_verified(slot: _Slot, pending: PendingBatch, records: memoryview) -> None:
+    """Append a transaction's first batch once the coordinator's record shows its
+    partition added; INVALID_TXN_STATE (Kafka's answer since KIP-890) if it never does."""
+    try:
+        error = await pending.verified()
+        if error == ErrorCode.NONE:
+            slot.appended = pending.stream.append(records, pending.info)
+            slot.stream = pending.stream
+        else:
+            slot.error = error
+            slot.message = (
+                "the producer is fenced"
+                if error == ErrorCode.INVALID_PRODUCER_EPOCH
+                else "the partition is not in the producer's transaction"
+            )
+    except StreamError as exc:
+        slot.error, slot.message = exc.error, str(exc)
+    finally:
+        pending.done()
 
 
 def _encode(

@@ -1,0 +1,1 @@
+"""Kafka transactions (KIP-98, KIP-447): the coordinator and the partition side."""
