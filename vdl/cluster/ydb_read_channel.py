@@ -1,7 +1,9 @@
 """The cluster as the YDB readers' balancer sees it (`vdl.net.ydb.cluster_reads.ReadChannel`).
 
 Its messages are forward frames on the raft connections, taken by whichever node they are
-sent to (`ClusterManager.forward_handlers`), best effort like every forward.
+sent to (`ClusterManager.forward_handlers`), best effort like every forward. Records of a
+partition this node holds no replica of are read from a node that holds one, over its raft
+port (`vdl.consensus.record_reads`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import Callable
 
 from vdl.cluster.commands import Command
 from vdl.cluster.manager import ClusterManager
+from vdl.consensus.record_reads import RecordRequest, Records, RecordSource
 
 
 class ClusterReadChannel:
@@ -57,3 +60,15 @@ class ClusterReadChannel:
     def listen(self, op: str, handler: Callable[[Command], None]) -> None:
         self._handlers[op] = handler
         self._manager.forward_handlers[op] = handler
+
+    def replicas(self, topic: str, partition: int) -> list[int]:
+        state = self._manager.partition_state(topic, partition)
+        me = self._manager.node_id
+        first = [state.leader] if state.leader in state.replicas else []
+        return first + [n for n in state.replicas if n not in first and n != me]
+
+    async def fetch_records(self, node: int, request: RecordRequest) -> Records:
+        return await self._manager.transport.fetch_records(node, request)
+
+    def serve_records(self, source: RecordSource) -> None:
+        self._manager.transport.record_source = source

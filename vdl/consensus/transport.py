@@ -7,6 +7,8 @@ names node 0 is an admin client: its forward frames are handed to `GroupRouter.o
 With a `PeerTls` every connection, both ways, is mutually authenticated TLS and each is
 authorized by the role its certificate names (`peer_tls.py`): a hello as a member needs
 that member's certificate, a snapshot pull any member's, admin commands an operator's.
+A record read (`record_reads.py`) is a one-off connection like a snapshot pull, answered
+from `record_source` (the partition replicas this node holds).
 """
 
 from __future__ import annotations
@@ -39,6 +41,17 @@ from vdl.consensus.peer_tls import (
     peer_nodes,
     remote_address,
 )
+from vdl.consensus.record_reads import (
+    RECORDS_MAGIC,
+    REQUEST_HEAD,
+    RecordReadError,
+    RecordRequest,
+    Records,
+    RecordSource,
+    fetch_records,
+    serve_records,
+    topic_length,
+)
 from vdl.consensus.router import GroupRouter
 from vdl.consensus.snapshot_transfer import (
     REQUEST,
@@ -58,6 +71,7 @@ log = logging.getLogger(__name__)
 _HELLO_TIMEOUT_S = 5.0
 _ADMIN_TIMEOUT_S = 10.0
 _SNAPSHOT_TIMEOUT_S = 300.0
+_RECORDS_TIMEOUT_S = 30.0  # a record read's whole exchange, its long poll included
 ADMIN_NODE = 0
 _BEAT_ITEMS = 65536  # heartbeats waiting for one peer's next beat; more are dropped
 
@@ -96,6 +110,8 @@ class RaftTransport:
         for peer, address in peers.items():
             self.add_peer(peer, address)
         self.port: int | None = None
+        # Answers other nodes' record reads; None: this node answers none.
+        self.record_source: RecordSource | None = None
 
     def add_peer(self, peer: int, address: tuple[str, int]) -> None:
         """Keep a link to `peer` (a new member); a known peer keeps its link."""
@@ -212,6 +228,7 @@ class RaftTransport:
     async def _serve_connection(self, tcp: trio.SocketStream) -> None:
         stream: trio.abc.Stream = tcp
         snapshot_request: bytes | None = None
+        records_request: bytes | None = None
         try:
             with trio.fail_after(_HELLO_TIMEOUT_S):
                 if self._tls is not None:
@@ -222,12 +239,32 @@ class RaftTransport:
                 if hello[:4] == SNAPSHOT_MAGIC.to_bytes(4, "big"):
                     hello += await _receive_exactly(stream, REQUEST.size - HELLO.size)
                     snapshot_request = hello
-            if snapshot_request is None:
+                elif hello[:4] == RECORDS_MAGIC.to_bytes(4, "big"):
+                    head = hello + await _receive_exactly(stream, REQUEST_HEAD.size - HELLO.size)
+                    records_request = head + await _receive_exactly(stream, topic_length(head))
+            if snapshot_request is None and records_request is None:
                 peer = decode_hello(hello)
-        except (trio.TooSlowError, FrameError, trio.BrokenResourceError, OSError, EOFError):
+        except (
+            trio.TooSlowError,
+            FrameError,
+            ValueError,
+            trio.BrokenResourceError,
+            OSError,
+            EOFError,
+        ) as exc:
+            if isinstance(exc, ValueError) and not isinstance(exc, FrameError):
+                log.warning(
+                    "refusing a malformed record read from %s: %s", remote_address(tcp), exc
+                )
             await stream.aclose()
             return
         tls = self._tls
+        if records_request is not None:
+            if tls is not None and not tls.admits_member(stream, self.links, "a record read"):
+                await stream.aclose()
+                return
+            await self._serve_records(stream, records_request)
+            return
         if snapshot_request is not None:
             if tls is not None and not tls.admits_member(stream, self.links, "a snapshot pull"):
                 await stream.aclose()
@@ -268,6 +305,29 @@ class RaftTransport:
             log.warning("serving a snapshot of group %d failed: %s", group_id, exc)
         finally:
             await stream.aclose()
+
+    async def _serve_records(self, stream: trio.abc.Stream, request: bytes) -> None:
+        source = self.record_source
+        try:
+            if source is not None:
+                with trio.move_on_after(_RECORDS_TIMEOUT_S):
+                    await serve_records(stream, source, request)
+        except (trio.BrokenResourceError, OSError) as exc:  # the reader went away
+            log.debug("a record read ended early: %s", exc)
+        except Exception as exc:  # the replica went (moved away, closed): the reader retries
+            log.warning("serving a record read failed: %s", exc)
+        finally:
+            await stream.aclose()
+
+    async def fetch_records(self, node: int, request: RecordRequest) -> Records:
+        """Read committed records of a partition from node `node` (it holds a replica);
+        RecordReadError if that fails."""
+        link = self.links.get(node)
+        if link is None:
+            raise RecordReadError(f"no address for node {node}")
+        with trio.move_on_after(_RECORDS_TIMEOUT_S):
+            return await fetch_records(link.address, request, tls=self._tls, node_id=node)
+        raise RecordReadError(f"a record read from node {node} timed out")
 
     async def fetch_snapshot(
         self, leader: int, group_id: int, snapshot: SnapshotMeta, staging: SnapshotStaging

@@ -40,13 +40,13 @@ import logging
 import math
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import trio
 
 from vdl.broker.broker import MAX_PARTITIONS
-from vdl.net.ydb.read_balancer import Wanted, balance
+from vdl.net.ydb.read_balancer import MemberTable, Wanted, balance
 
 log = logging.getLogger(__name__)
 
@@ -94,26 +94,12 @@ class ReadChannel(Protocol):
 # -- on every node: the sessions here ------------------------------------------------------
 
 
-@dataclass(slots=True)
-class _Local:
-    wanted: Wanted
-    wake: Callable[[], None]
-    held: set[int] = field(default_factory=set)
-
-
-@dataclass(slots=True)
-class _LocalGroup:
-    partitions: int
-    members: dict[str, _Local] = field(default_factory=dict)
-
-
 class ClusterReads:
     """The node side, with the interface of ``ReadCoordinator`` for read sessions."""
 
-    def __init__(self, channel: ReadChannel, hosted: Callable[[str, int], bool]) -> None:
+    def __init__(self, channel: ReadChannel) -> None:
         self._channel = channel
-        self._hosted = hosted  # (topic, partition): this node holds a replica
-        self._groups: dict[tuple[str, str], _LocalGroup] = {}
+        self._table = MemberTable()
         # Per (consumer, topic, session), from the last grant taken.
         self._targets: dict[tuple[str, str, str], set[int]] = {}
         self._granted: dict[tuple[str, str, str], set[int]] = {}
@@ -138,18 +124,12 @@ class ClusterReads:
         wanted: Wanted,
         wake: Callable[[], None],
     ) -> None:
-        group = self._groups.setdefault((consumer, topic), _LocalGroup(partitions))
-        group.partitions = max(group.partitions, partitions)
-        group.members[member] = _Local(wanted, wake)
+        self._table.join(consumer, topic, partitions, member, wanted, wake)
         self._changed.set()
 
     def leave(self, consumer: str, topic: str, member: str) -> None:
-        group = self._groups.get((consumer, topic))
-        if group is None or group.members.pop(member, None) is None:
-            return
-        if not group.members:
-            del self._groups[(consumer, topic)]
-        self._changed.set()
+        if self._table.leave(consumer, topic, member) is not None:
+            self._changed.set()
 
     def targets(self, consumer: str, topic: str, member: str) -> set[int]:
         if not self._leased():
@@ -157,7 +137,7 @@ class ClusterReads:
         return set(self._targets.get((consumer, topic, member), ()))
 
     def try_acquire(self, consumer: str, topic: str, member: str, partition: int) -> bool:
-        local = self._member(consumer, topic, member)
+        local = self._table.member(consumer, topic, member)
         if (
             local is None
             or not self._leased()
@@ -170,28 +150,17 @@ class ClusterReads:
         return True
 
     def release(self, consumer: str, topic: str, member: str, partition: int) -> None:
-        local = self._member(consumer, topic, member)
+        local = self._table.member(consumer, topic, member)
         if local is not None and partition in local.held:
             local.held.discard(partition)
             self._changed.set()
 
     def grown(self, consumer: str, topic: str, partitions: int) -> None:
-        group = self._groups.get((consumer, topic))
-        if group is not None and partitions > group.partitions:
-            group.partitions = partitions
+        if self._table.grow(consumer, topic, partitions) is not None:
             self._changed.set()
-
-    def _member(self, consumer: str, topic: str, member: str) -> _Local | None:
-        group = self._groups.get((consumer, topic))
-        return None if group is None else group.members.get(member)
 
     def _leased(self) -> bool:
         return trio.current_time() < self._lease_until
-
-    def _wake_all(self) -> None:
-        for group in self._groups.values():
-            for local in group.members.values():
-                local.wake()
 
     # Messages.
 
@@ -211,19 +180,14 @@ class ClusterReads:
                 "partitions": group.partitions,
                 "members": {
                     member: {
-                        # Only partitions with a replica here: a session reads no other.
-                        "wanted": [
-                            p
-                            for p in range(group.partitions)
-                            if (local.wanted is None or p in local.wanted)
-                            and self._hosted(topic, p)
-                        ],
+                        # Wherever their replicas are: a session reads any partition.
+                        "wanted": None if local.wanted is None else sorted(local.wanted),
                         "held": sorted(local.held),
                     }
                     for member, local in group.members.items()
                 },
             }
-            for (consumer, topic), group in self._groups.items()
+            for (consumer, topic), group in self._table.groups.items()
         ]
         self._channel.send(
             leader,
@@ -260,7 +224,7 @@ class ClusterReads:
         sent = self._sent_at.get(report)
         if sent is not None:
             self._lease_until = max(self._lease_until, sent + LEASE_S)
-        self._wake_all()
+        self._table.wake_all()
         if changed:
             self._changed.set()  # acknowledge it: the coordinator may then move partitions
 
@@ -276,20 +240,20 @@ class ClusterReads:
         while True:
             changed = self._changed
             self._changed = trio.Event()
-            if self._groups or changed.is_set():
+            if self._table.groups or changed.is_set():
                 self._report()
             if self._needs_index > waited_for and self._channel.applied() < self._needs_index:
                 waited_for = self._needs_index
                 with trio.move_on_after(REPORT_S):
                     await self._channel.wait_applied(waited_for)
-                self._wake_all()
+                self._table.wake_all()
                 continue
             # Wake the sessions when the lease lapses: they give their partitions up.
             left = self._lease_until - trio.current_time()
             with trio.move_on_after(min(REPORT_S, left + 0.01) if left > 0 else REPORT_S):
                 await self._changed.wait()
             if left > 0 and self._lease_until <= trio.current_time():
-                self._wake_all()
+                self._table.wake_all()
 
 
 # -- on the leader of group 0: the balancer ------------------------------------------------

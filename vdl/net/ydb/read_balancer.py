@@ -68,19 +68,86 @@ def balance(
 
 
 @dataclass(slots=True)
-class _Group:
+class Member:
+    """One read session of a (consumer, topic): what it asked for, how to wake it, and the
+    partitions it holds (acquired and not yet released)."""
+
+    wanted: Wanted
+    wake: Callable[[], None]
+    held: set[int] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class MemberGroup:
+    """The read sessions of one (consumer, topic) on this node."""
+
     partitions: int
-    members: dict[str, Wanted] = field(default_factory=dict)
-    wake: dict[str, Callable[[], None]] = field(default_factory=dict)
-    target: dict[int, str] = field(default_factory=dict)
-    owner: dict[int, str] = field(default_factory=dict)
+    members: dict[str, Member] = field(default_factory=dict)
+
+    def holders(self) -> dict[int, str]:
+        return {p: name for name, member in self.members.items() for p in member.held}
+
+
+class MemberTable:
+    """The read sessions of every (consumer, topic) on this node: their joining, leaving
+    and the topic's growth, shared by the per-node ``ReadCoordinator`` and the node side of
+    the cluster-wide balancer (``vdl.net.ydb.cluster_reads.ClusterReads``)."""
+
+    def __init__(self) -> None:
+        self.groups: dict[tuple[str, str], MemberGroup] = {}
+
+    def join(
+        self,
+        consumer: str,
+        topic: str,
+        partitions: int,
+        member: str,
+        wanted: Wanted,
+        wake: Callable[[], None],
+    ) -> MemberGroup:
+        group = self.groups.setdefault((consumer, topic), MemberGroup(partitions))
+        group.partitions = max(group.partitions, partitions)
+        group.members[member] = Member(wanted, wake)
+        return group
+
+    def leave(self, consumer: str, topic: str, member: str) -> MemberGroup | None:
+        """Forget ``member`` (and what it held); the group it left, None if it was not
+        there. A group left empty is dropped (its ``members`` then is empty)."""
+        group = self.groups.get((consumer, topic))
+        if group is None or group.members.pop(member, None) is None:
+            return None
+        if not group.members:
+            del self.groups[(consumer, topic)]
+        return group
+
+    def grow(self, consumer: str, topic: str, partitions: int) -> MemberGroup | None:
+        """The topic has ``partitions`` partitions now: the group, if that is more than it
+        knew."""
+        group = self.groups.get((consumer, topic))
+        if group is None or partitions <= group.partitions:
+            return None
+        group.partitions = partitions
+        return group
+
+    def group(self, consumer: str, topic: str) -> MemberGroup | None:
+        return self.groups.get((consumer, topic))
+
+    def member(self, consumer: str, topic: str, member: str) -> Member | None:
+        group = self.groups.get((consumer, topic))
+        return None if group is None else group.members.get(member)
+
+    def wake_all(self) -> None:
+        for group in self.groups.values():
+            for member in group.members.values():
+                member.wake()
 
 
 class ReadCoordinator:
     """Members of every (consumer, topic) on this node, their targets and holdings."""
 
     def __init__(self) -> None:
-        self._groups: dict[tuple[str, str], _Group] = {}
+        self._table = MemberTable()
+        self._targets: dict[tuple[str, str], dict[int, str]] = {}
 
     def join(
         self,
@@ -91,67 +158,58 @@ class ReadCoordinator:
         wanted: Wanted,
         wake: Callable[[], None],
     ) -> None:
-        group = self._groups.setdefault((consumer, topic), _Group(partitions))
-        group.partitions = max(group.partitions, partitions)
-        group.members[member] = wanted
-        group.wake[member] = wake
-        self._rebalance(group)
+        group = self._table.join(consumer, topic, partitions, member, wanted, wake)
+        self._rebalance((consumer, topic), group)
 
     def leave(self, consumer: str, topic: str, member: str) -> None:
-        group = self._groups.get((consumer, topic))
-        if group is None or member not in group.members:
+        group = self._table.leave(consumer, topic, member)
+        if group is None:
             return
-        del group.members[member]
-        del group.wake[member]
-        for partition, owner in list(group.owner.items()):
-            if owner == member:
-                del group.owner[partition]
         if not group.members:
-            del self._groups[(consumer, topic)]
+            self._targets.pop((consumer, topic), None)
             return
-        self._rebalance(group)
+        self._rebalance((consumer, topic), group)
 
     def targets(self, consumer: str, topic: str, member: str) -> set[int]:
-        group = self._groups.get((consumer, topic))
-        if group is None:
-            return set()
-        return {p for p, m in group.target.items() if m == member}
+        target = self._targets.get((consumer, topic), {})
+        return {p for p, m in target.items() if m == member}
 
     def try_acquire(self, consumer: str, topic: str, member: str, partition: int) -> bool:
         """Take ``partition`` if it is this member's target and nobody else holds it."""
-        group = self._groups.get((consumer, topic))
-        if group is None or group.target.get(partition) != member:
+        group = self._table.group(consumer, topic)
+        if group is None or self._targets.get((consumer, topic), {}).get(partition) != member:
             return False
-        holder = group.owner.get(partition)
+        holder = group.holders().get(partition)
         if holder is not None and holder != member:
             return False
-        group.owner[partition] = member
+        group.members[member].held.add(partition)
         return True
 
     def release(self, consumer: str, topic: str, member: str, partition: int) -> None:
-        group = self._groups.get((consumer, topic))
-        if group is None or group.owner.get(partition) != member:
+        group = self._table.group(consumer, topic)
+        local = None if group is None else group.members.get(member)
+        if group is None or local is None or partition not in local.held:
             return
-        del group.owner[partition]
-        new_owner = group.target.get(partition)
+        local.held.discard(partition)
+        new_owner = self._targets.get((consumer, topic), {}).get(partition)
         if new_owner is not None and new_owner != member:
-            group.wake[new_owner]()
+            group.members[new_owner].wake()
 
     def grown(self, consumer: str, topic: str, partitions: int) -> None:
         """The topic has `partitions` partitions now (more were added): balance those too."""
-        group = self._groups.get((consumer, topic))
-        if group is not None and partitions > group.partitions:
-            group.partitions = partitions
-            self._rebalance(group)
+        group = self._table.grow(consumer, topic, partitions)
+        if group is not None:
+            self._rebalance((consumer, topic), group)
 
     def holders(self, consumer: str, topic: str) -> dict[int, str]:
-        group = self._groups.get((consumer, topic))
-        return dict(group.owner) if group is not None else {}
+        group = self._table.group(consumer, topic)
+        return {} if group is None else group.holders()
 
-    def _rebalance(self, group: _Group) -> None:
+    def _rebalance(self, key: tuple[str, str], group: MemberGroup) -> None:
         # Balance from what is held, so the held partitions stay where they are if fair.
-        current = dict(group.target)
-        current.update(group.owner)
-        group.target = balance(group.partitions, group.members, current)
-        for wake in group.wake.values():
-            wake()
+        current = dict(self._targets.get(key, {}))
+        current.update(group.holders())
+        wanted = {name: member.wanted for name, member in group.members.items()}
+        self._targets[key] = balance(group.partitions, wanted, current)
+        for member in group.members.values():
+            member.wake()

@@ -15,7 +15,9 @@ balancing among sessions and nothing stored: a commit on it (in-stream, or a
 ``commit_offset`` in ``start_partition_session_response``) ends the session with
 BAD_REQUEST, as YDB's read session actor does ("can't commit when reading without a
 consumer"). A topic's ``max_lag`` (either kind of session) skips the messages written
-longer ago than that, as its proto comment says.
+longer ago than that, as its proto comment says; the log is searched for where that
+starts only once the lag window has moved past what the session read
+(``vdl.net.ydb.max_lag``).
 
 Records are converted by ``vdl.log.ydb_mapping``: YDB-written messages come back with their
 seq_no, producer and metadata; Kafka-written records read with that module's defaults.
@@ -30,14 +32,18 @@ A partition changes hands only after its holder's client answered
 ``stop_partition_session_request`` (graceful) with ``stop_partition_session_response``: the
 SDK sends that after every commit it made on the partition, and each commit is durable
 before the next client message is read, so the next holder starts after the last commit.
-A client that does not answer within ``STOP_TIMEOUT_S`` loses the partition anyway.
+A client that does not answer within ``STOP_TIMEOUT_S`` loses the partition anyway: it
+is told so first, with a stop that is not graceful (after which the SDK refuses commits
+there itself), and never while a commit of it is being made durable, so no commit of that
+session lands after the next holder started from the committed offset.
 
-On a cluster a session serves the partitions this node holds a replica of, from that
-replica whether it leads or follows (every replica holds the same committed records at the
-same offsets), and its commits go through the metadata group (``ConsumerOffsets``). The
-readers of a consumer are balanced across the nodes by ``vdl.net.ydb.cluster_reads`` (one
-balancer, on the metadata group's leader), with the same interface as the per-node
-``ReadCoordinator``.
+On a cluster a session serves every partition, whichever nodes hold its replicas: from
+this node's replica when it holds one, whether it leads or follows (every replica holds the
+same committed records at the same offsets), else from another node's
+(``vdl.net.ydb.partition_reads``); its commits go through the metadata group
+(``ConsumerOffsets``). The readers of a consumer are balanced across the nodes by
+``vdl.net.ydb.cluster_reads`` (one balancer, on the metadata group's leader), with the
+same interface as the per-node ``ReadCoordinator``.
 """
 
 from __future__ import annotations
@@ -48,23 +54,24 @@ import math
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import trio
 
 from vdl.backends.api import Buffer
 from vdl.broker.broker import Broker
 from vdl.broker.topics import TopicError
+from vdl.consensus.record_reads import RecordReadError, RecordSource
 from vdl.log.error_codes import ErrorCode
 from vdl.log.record_batch import InvalidBatch, UnsupportedCodec, iter_records, parse_batch_header
-from vdl.log.stream import LogStream
 from vdl.log.ydb_mapping import YdbMessage, from_record
 from vdl.net.grpc import ServerContext, ServerStream
 from vdl.net.grpc.protobuf import decode
 from vdl.net.ydb.auth import Authenticator, StreamAuth
 from vdl.net.ydb.cluster_reads import ClusterReads, ReadChannel
 from vdl.net.ydb.commits import CommitTracker
+from vdl.net.ydb.max_lag import LagWitness
 from vdl.net.ydb.offsets import ConsumerOffsets
 from vdl.net.ydb.operation import (
     StatusIds,
@@ -73,6 +80,13 @@ from vdl.net.ydb.operation import (
     count_error,
     leaf_error,
     wire,
+)
+from vdl.net.ydb.partition_reads import (
+    BrokerRecords,
+    LocalPartition,
+    PartitionReader,
+    RemotePartition,
+    Replicas,
 )
 from vdl.net.ydb.protos import ydb_topic_pb2
 from vdl.net.ydb.read_balancer import ReadCoordinator, Wanted
@@ -94,6 +108,8 @@ _MESSAGE_OVERHEAD = 32
 _THREAD_DECODE_BYTES = 256 * 1024
 # How long a client may take to answer a graceful stop_partition_session_request.
 STOP_TIMEOUT_S = 10.0
+# How long a partition's start waits for the replica read to reach the committed offset.
+CATCH_UP_S = 2.0
 
 
 @dataclass(slots=True)
@@ -112,12 +128,16 @@ class _Partition:
     id: int
     topic: _TopicRead
     partition: int
-    stream: LogStream
+    stream: PartitionReader
     tracker: CommitTracker
     read_offset: int
     started: bool = False
     # Asked to stop (graceful): no more data; released on the client's answer or then.
     stop_deadline: float | None = None
+    # A commit of it is being made durable: it is not given up before that ends.
+    committing: bool = False
+    # With max_lag: what spares the timestamp search before a read (vdl.net.ydb.max_lag).
+    lag: LagWitness = field(default_factory=LagWitness)
 
 
 def batches_of(messages: list[YdbMessage]) -> list[list[YdbMessage]]:
@@ -159,6 +179,12 @@ def fill_partition_data(partition_data: Any, messages: list[YdbMessage]) -> None
                 data.metadata_items.add(key=key, value=value)
 
 
+class ClusterChannel(ReadChannel, Replicas, Protocol):
+    def serve_records(self, source: RecordSource) -> None:
+        """Answer other nodes' record reads from `source`."""
+        ...
+
+
 class ReadService:
     """What read sessions share: the coordinator, and who to tell about topic changes."""
 
@@ -177,10 +203,15 @@ class ReadService:
         self.stopping = stopping
         self.coordinator: ReadCoordinator | ClusterReads = ReadCoordinator()
         self.sessions: set[ReadSession] = set()
+        # On a cluster: the other nodes' replicas, for partitions this node holds none of.
+        self.replicas: Replicas | None = None
 
-    def balance_cluster_wide(self, channel: ReadChannel) -> None:
-        """On a cluster: before any session starts, balance across the nodes (`run`)."""
-        self.coordinator = ClusterReads(channel, lambda topic, p: hosted(self.broker, topic, p))
+    def balance_cluster_wide(self, channel: ClusterChannel) -> None:
+        """On a cluster: before any session starts, balance across the nodes (`run`), and
+        read the partitions this node holds no replica of from nodes that do."""
+        self.coordinator = ClusterReads(channel)
+        self.replicas = channel
+        channel.serve_records(BrokerRecords(self.broker))
 
     async def run(self) -> None:
         """The cluster-wide balancer's messages, until the node stops (nothing to do on
@@ -222,6 +253,7 @@ class ReadSession:
         self._send_lock = trio.Lock()
         self._turn = 0
         self._who: StreamAuth
+        self._nursery: trio.Nursery | None = None  # the remote partitions' read-ahead
 
     def wake(self) -> None:
         self._event.set()
@@ -326,6 +358,7 @@ class ReadSession:
 
     async def _serve(self) -> None:
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             nursery.start_soon(self._send_loop)
             nursery.start_soon(self._fail_on_stop)
             nursery.start_soon(self._who.watch_expiry)
@@ -395,9 +428,15 @@ class ReadSession:
             for offsets in commit.offsets:
                 part.tracker.add(int(offsets.start), min(int(offsets.end), hw))
             if part.tracker.committed > before:
-                await self._offsets.commit(
-                    self._consumer, part.topic.name, part.partition, part.tracker.committed
-                )
+                part.committing = True
+                try:
+                    await self._offsets.commit(
+                        self._consumer, part.topic.name, part.partition, part.tracker.committed
+                    )
+                finally:
+                    part.committing = False
+                    if part.stop_deadline is not None:
+                        self.wake()  # a stop that timed out meanwhile may go ahead now
             answered.partitions_committed_offsets.add(
                 partition_session_id=part.id, committed_offset=part.tracker.committed
             )
@@ -419,8 +458,22 @@ class ReadSession:
 
     # -- to the client --------------------------------------------------------------------
 
+    async def _stop_now(self, part: _Partition) -> None:
+        """Stop a partition session at once (not graceful): the client is told before the
+        partition is let go, so no commit of it reaches this session after another reader
+        may have started it."""
+        reply = FromServer(status=wire(StatusIds.SUCCESS))
+        stop = reply.stop_partition_session_request
+        stop.partition_session_id = part.id
+        stop.committed_offset = part.tracker.committed
+        await self._send(reply)
+        if self._partitions.get(part.id) is part:
+            self._let_go(part)
+
     def _let_go(self, part: _Partition) -> None:
         del self._partitions[part.id]
+        if isinstance(part.stream, RemotePartition):
+            part.stream.close()
         self._coordinator.release(self._consumer, part.topic.name, self.id, part.partition)
         self.wake()
 
@@ -454,8 +507,7 @@ class ReadSession:
             if self._consumerless:
                 reading = {p.partition for p in self._partitions.values() if p.topic is topic_read}
                 for partition in sorted((topic_read.wanted or frozenset()) - reading):
-                    if self._hosted(topic_read.name, partition):
-                        await self._start(topic_read, partition)
+                    await self._start(topic_read, partition)
                 continue
             if current.consumer(self._consumer) is None:
                 raise YdbError(
@@ -469,25 +521,22 @@ class ReadSession:
             now = trio.current_time()
             for partition, part in sorted(held.items()):
                 if part.stop_deadline is not None:
-                    if now >= part.stop_deadline:
+                    if now >= part.stop_deadline and not part.committing:
                         log.info(
                             "a YDB reader did not answer stop_partition_session_request for "
                             "%s partition %d in time: it is given up",
                             topic_read.path,
                             partition,
                         )
-                        self._let_go(part)
+                        # Not graceful now (ydb_topic.proto): the client drops the session
+                        # and its commits there; only then does another reader start it.
+                        await self._stop_now(part)
                     continue
                 if partition in targets:
                     continue
                 if not part.started:
                     # The client never started it: nothing read, nothing to wait for.
-                    self._let_go(part)
-                    reply = FromServer(status=wire(StatusIds.SUCCESS))
-                    stop = reply.stop_partition_session_request
-                    stop.partition_session_id = part.id
-                    stop.committed_offset = part.tracker.committed
-                    await self._send(reply)
+                    await self._stop_now(part)
                     continue
                 part.stop_deadline = now + STOP_TIMEOUT_S
                 reply = FromServer(status=wire(StatusIds.SUCCESS))
@@ -497,16 +546,26 @@ class ReadSession:
                 stop.committed_offset = part.tracker.committed
                 await self._send(reply)
             for partition in sorted(targets - held.keys()):
-                if not self._hosted(topic_read.name, partition):
-                    # On a cluster a node serves only partitions it holds a replica of.
-                    continue
                 if self._coordinator.try_acquire(
                     self._consumer, topic_read.name, self.id, partition
-                ):
-                    await self._start(topic_read, partition)
+                ) and not await self._start(topic_read, partition):
+                    self._coordinator.release(self._consumer, topic_read.name, self.id, partition)
 
-    def _hosted(self, topic: str, partition: int) -> bool:
-        return hosted(self._broker, topic, partition)
+    async def _reader(self, topic: str, partition: int) -> PartitionReader | None:
+        """This node's replica of the partition, else (on a cluster) another node's; None
+        while no replica can be reached (logged)."""
+        try:
+            return LocalPartition(self._broker.stream(topic, partition))
+        except TopicError:
+            if self._service.replicas is None or self._nursery is None:
+                raise
+        try:
+            remote = await RemotePartition.open(self._service.replicas, topic, partition)
+        except RecordReadError as exc:
+            log.warning("cannot read %s partition %d from another node: %s", topic, partition, exc)
+            return None
+        self._nursery.start_soon(remote.run)
+        return remote
 
     def _consumer_read_from(self, topic_read: _TopicRead) -> int | None:
         if self._consumerless:
@@ -515,19 +574,29 @@ class ReadSession:
         consumer = None if topic is None else topic.consumer(self._consumer)
         return consumer.read_from_ms if consumer is not None and consumer.read_from_ms else None
 
-    async def _start(self, topic_read: _TopicRead, partition: int) -> None:
-        stream = self._broker.stream(topic_read.name, partition)
-        start, end = stream.log_start_offset, stream.high_watermark
+    async def _start(self, topic_read: _TopicRead, partition: int) -> bool:
+        """Start reading the partition (False: not now, no replica answered)."""
+        stream = await self._reader(topic_read.name, partition)
+        if stream is None:
+            return False
         stored = None
         if not self._consumerless:
             stored = self._offsets.committed(self._consumer, topic_read.name, partition)
+        if stored is not None and stored > stream.high_watermark:
+            # The replica read may not have learnt yet of records the previous reader read
+            # (a follower hears of a commit after its leader): its end would send this
+            # reader back over them. Give it a moment to catch up; an offset past the end
+            # (committed by a Kafka client, say) then counts as the end, as before.
+            with trio.move_on_after(CATCH_UP_S):
+                await stream.reach(stored)
+        start, end = stream.log_start_offset, stream.high_watermark
         committed = min(max(stored or 0, start), end)
         read_offset = committed
         for read_from_ms in (topic_read.read_from_ms, self._consumer_read_from(topic_read)):
             # The session's and the consumer's `read_from` (ydb_topic.proto: messages
             # written before it are skipped): the later of the two wins.
             if read_from_ms is not None:
-                from_time = stream.offset_for_timestamp(read_from_ms)
+                from_time = await stream.offset_for_timestamp(read_from_ms)
                 read_offset = max(read_offset, from_time if from_time is not None else end)
         part = _Partition(
             next(self._ids), topic_read, partition, stream, CommitTracker(committed), read_offset
@@ -542,6 +611,7 @@ class ReadSession:
         request.partition_offsets.start = start
         request.partition_offsets.end = end
         await self._send(reply)
+        return True
 
     async def _send_data(self) -> bool:
         """Send one ReadResponse if there is credit and data; True if one went out."""
@@ -588,30 +658,31 @@ class ReadSession:
         stream = part.stream
         if part.read_offset < stream.log_start_offset:
             part.read_offset = stream.log_start_offset  # retention removed the rest
-        if part.topic.max_lag_ms:
-            oldest = time.time_ns() // 1_000_000 - part.topic.max_lag_ms
-            recent = stream.offset_for_timestamp(oldest)
-            part.read_offset = max(
-                part.read_offset, recent if recent is not None else stream.high_watermark
-            )
+        max_lag_ms = part.topic.max_lag_ms
+        if max_lag_ms:
+            oldest = time.time_ns() // 1_000_000 - max_lag_ms
+            if not part.lag.covers(oldest, part.read_offset, stream.log_start_offset):
+                recent = await stream.offset_for_timestamp(oldest)
+                part.read_offset = max(
+                    part.read_offset, recent if recent is not None else stream.high_watermark
+                )
         # Committed transactions only (KIP-98's read_committed): up to the last stable
-        # offset, and never a record of an aborted transaction. The store is read here, on
-        # the event loop (it is single-threaded); only decoding may move to a worker
-        # thread, on copies of the batches it reads.
-        batches = stream.read_stable(part.read_offset, budget)
+        # offset, and never a record of an aborted transaction.
+        batches, aborted = stream.read(part.read_offset, budget)
         if not batches:
             return [], 0, part.read_offset
-        end = parse_batch_header(batches[-1]).next_offset
-        aborted = stream.txns.aborted(part.read_offset, end)
+        # The store is read here, on the event loop (it is single-threaded); only decoding
+        # may move to a worker thread, on copies of the batches it reads.
         compressed = sum(len(b) for b in batches if parse_batch_header(b).compression)
         read_offset = part.read_offset
         try:
             if compressed > _THREAD_DECODE_BYTES:
                 copies = [bytes(b) for b in batches]
-                return await trio.to_thread.run_sync(
+                decoded = await trio.to_thread.run_sync(
                     decode_messages, copies, read_offset, budget, aborted
                 )
-            return decode_messages(batches, read_offset, budget, aborted)
+            else:
+                decoded = decode_messages(batches, read_offset, budget, aborted)
         except UnsupportedCodec as exc:
             raise YdbError(
                 StatusIds.UNSUPPORTED,
@@ -626,15 +697,9 @@ class ReadSession:
                     f"after offset {read_offset} cannot be read: {exc}",
                 ) from None
             raise YdbError(StatusIds.INTERNAL_ERROR, f"corrupt stored batch: {exc}") from None
-
-
-def hosted(broker: Broker, topic: str, partition: int) -> bool:
-    """This node holds a replica of the partition (on one node: the partition exists)."""
-    try:
-        broker.stream(topic, partition)
-    except TopicError:
-        return False
-    return True
+        if max_lag_ms:
+            part.lag.passed(batches, decoded[2])
+        return decoded
 
 
 def decode_messages(
