@@ -426,36 +426,26 @@ class TxnCoordinator:
         partitions: Iterable[TopicPartition],
     ) -> ErrorCode:
         """Add partitions to the id's transaction (beginning it): one error for all."""
-        error = self.serving_error()
-        if error != ErrorCode.NONE:
-            return error
-        async with self._lock(transactional_id):
-            record = self._store.get(transactional_id)
-            error = self._check_producer(record, producer_id, producer_epoch)
-            if error != ErrorCode.NONE:
-                return error
-            assert record is not None
-            wanted = list(dict.fromkeys(partitions))
+        wanted = list(dict.fromkeys(partitions))
+
+        def add(record: TxnRecord) -> TxnRecord | ErrorCode:
             if record.state is TxnState.ONGOING and set(wanted) <= set(record.partitions):
                 return ErrorCode.NONE
-            return await self._store_record(record.with_partitions(wanted, self._now_ms()))
+            return record.with_partitions(wanted, self._now_ms())
+
+        return await self._change(transactional_id, producer_id, producer_epoch, add)
 
     async def add_offsets(
         self, transactional_id: str, producer_id: int, producer_epoch: int, group: str
     ) -> ErrorCode:
         """Add a consumer group to the id's transaction (AddOffsetsToTxn)."""
-        error = self.serving_error()
-        if error != ErrorCode.NONE:
-            return error
-        async with self._lock(transactional_id):
-            record = self._store.get(transactional_id)
-            error = self._check_producer(record, producer_id, producer_epoch)
-            if error != ErrorCode.NONE:
-                return error
-            assert record is not None
+
+        def add(record: TxnRecord) -> TxnRecord | ErrorCode:
             if record.state is TxnState.ONGOING and group in record.groups:
                 return ErrorCode.NONE
-            return await self._store_record(record.with_group(group, self._now_ms()))
+            return record.with_group(group, self._now_ms())
+
+        return await self._change(transactional_id, producer_id, producer_epoch, add)
 
     async def commit_offsets(
         self,
@@ -467,6 +457,24 @@ class TxnCoordinator:
     ) -> ErrorCode:
         """Hold offsets in the id's transaction (TxnOffsetCommit): they become the group's
         committed offsets with the commit decision, and are dropped on abort."""
+
+        def hold(record: TxnRecord) -> TxnRecord | ErrorCode:
+            if record.state is not TxnState.ONGOING or group not in record.groups:
+                # Kafka's coordinator requires AddOffsetsToTxn for the group first.
+                return ErrorCode.INVALID_TXN_STATE
+            return record.with_offsets(group, offsets, self._now_ms())
+
+        return await self._change(transactional_id, producer_id, producer_epoch, hold)
+
+    async def _change(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        change: Callable[[TxnRecord], TxnRecord | ErrorCode],
+    ) -> ErrorCode:
+        """Apply `change` to the id's record on behalf of its current producer, under the
+        id's lock: the record it returns is stored, an error code is answered as it is."""
         error = self.serving_error()
         if error != ErrorCode.NONE:
             return error
@@ -476,10 +484,10 @@ class TxnCoordinator:
             if error != ErrorCode.NONE:
                 return error
             assert record is not None
-            if record.state is not TxnState.ONGOING or group not in record.groups:
-                # Kafka's coordinator requires AddOffsetsToTxn for the group first.
-                return ErrorCode.INVALID_TXN_STATE
-            return await self._store_record(record.with_offsets(group, offsets, self._now_ms()))
+            changed = change(record)
+            if isinstance(changed, ErrorCode):
+                return changed
+            return await self._store_record(changed)
 
     async def end_txn(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool

@@ -125,6 +125,28 @@ _FetchGroupPartition = _FetchGroupTopic.OffsetFetchResponsePartitions
 _FetchedPartition = tuple[int, int, int, str, ErrorCode]
 
 
+def _fetch_topics(
+    by_topic: dict[str, list[_FetchedPartition]], topic_cls: Any, partition_cls: Any
+) -> list[Any]:
+    """The topics of an OffsetFetch answer (top level before v8, per group from v8)."""
+    return [
+        topic_cls(
+            name=name,
+            partitions=[
+                partition_cls(
+                    partition_index=partition,
+                    committed_offset=offset,
+                    committed_leader_epoch=epoch,
+                    metadata=metadata,
+                    error_code=int(partition_error),
+                )
+                for partition, offset, epoch, metadata, partition_error in parts
+            ],
+        )
+        for name, parts in by_topic.items()
+    ]
+
+
 def _fetch_group(
     ctx: RequestContext, group_id: str, topics: Any, require_stable: bool
 ) -> tuple[ErrorCode, dict[str, list[_FetchedPartition]]]:
@@ -177,22 +199,7 @@ def handle_offset_fetch(ctx: RequestContext) -> Pending:
                     # A group refused as a whole is answered without partitions, as Kafka.
                     topics=[]
                     if error != ErrorCode.NONE
-                    else [
-                        _FetchGroupTopic(
-                            name=name,
-                            partitions=[
-                                _FetchGroupPartition(
-                                    partition_index=partition,
-                                    committed_offset=offset,
-                                    committed_leader_epoch=epoch,
-                                    metadata=metadata,
-                                    error_code=int(partition_error),
-                                )
-                                for partition, offset, epoch, metadata, partition_error in parts
-                            ],
-                        )
-                        for name, parts in by_topic.items()
-                    ],
+                    else _fetch_topics(by_topic, _FetchGroupTopic, _FetchGroupPartition),
                     error_code=int(error),
                 )
             )
@@ -201,22 +208,7 @@ def handle_offset_fetch(ctx: RequestContext) -> Pending:
     top_error, by_topic = _fetch_group(ctx, request.group_id, request.topics, require_stable)
     response = OffsetFetchResponse(
         throttle_time_ms=0,
-        topics=[
-            _FetchTopic(
-                name=name,
-                partitions=[
-                    _FetchPartition(
-                        partition_index=partition,
-                        committed_offset=offset,
-                        committed_leader_epoch=epoch,
-                        metadata=metadata,
-                        error_code=int(partition_error),
-                    )
-                    for partition, offset, epoch, metadata, partition_error in parts
-                ],
-            )
-            for name, parts in by_topic.items()
-        ],
+        topics=_fetch_topics(by_topic, _FetchTopic, _FetchPartition),
         error_code=int(top_error),
         version=ctx.version,
     )
