@@ -338,9 +338,16 @@ def _end_offsets(bootstrap: str, topic: str, isolation: str) -> dict[int, int]:
     consumer = KafkaConsumer(
         bootstrap_servers=bootstrap, isolation_level=isolation, request_timeout_ms=10000
     )
-    try:
-        tps = [KTopicPartition(topic, p) for p in range(PARTITIONS)]
+    tps = [KTopicPartition(topic, p) for p in range(PARTITIONS)]
+
+    def ends() -> dict[int, int]:
         return {tp.partition: int(o) for tp, o in consumer.end_offsets(tps, 10000).items()}
+
+    try:
+        # kafka-python's end_offsets leaves out a partition whose leader its metadata does
+        # not know yet (a node just killed and restarted) and then fails on it with
+        # KeyError: ask again until every partition has a leader.
+        return wait_until(ends, f"{topic} end offsets", tolerate=(KeyError,))
     finally:
         consumer.close()
 
