@@ -29,6 +29,10 @@ from tests.integration.kafka_clients import confluent_produce
 from tests.integration.node_process import NodeProcess
 from tests.integration.waiting import wait_until
 
+# A 3-node cluster of its own and a leader killed: slow (Metadata's and ListOffsets'
+# epochs are tested on a node in tests/unit/kafka/test_metadata_epochs.py, by default).
+pytestmark = pytest.mark.slow
+
 TOPIC = "epochs"
 FENCED_LEADER_EPOCH = 74  # the Kafka protocol guide's error codes
 UNKNOWN_LEADER_EPOCH = 75

@@ -37,6 +37,10 @@ from vdl.backends.api import EntryType
 from vdl.backends.segment.entry_codec import HEADER, HEADER_SIZE
 from vdl.log.record_batch import iter_records
 
+# A 3-node cluster of its own: slow (the roll rule and its settings are unit-tested in
+# tests/unit/log/test_segment_roll.py, in the default suite).
+pytestmark = pytest.mark.slow
+
 KEYS = 20
 
 

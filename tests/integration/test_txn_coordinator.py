@@ -239,6 +239,7 @@ def three(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield cluster
 
 
+@pytest.mark.slow  # a 3-node cluster; the default exactly-once run kills a coordinator too
 def test_a_cluster_commits_through_any_node_and_survives_its_coordinator(
     three: Cluster,
 ) -> None:

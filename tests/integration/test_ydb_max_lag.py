@@ -82,6 +82,7 @@ def test_old_messages_are_skipped_only_until_the_session_reads_recent_ones(
         topics.drop_topic(path)
 
 
+@pytest.mark.slow  # waits for the lag window to pass
 def test_once_the_window_moves_past_what_was_read_old_messages_are_skipped_again(
     driver: ydb.Driver,
 ) -> None:

@@ -148,6 +148,7 @@ def test_one_reader_on_one_node_reads_every_partition_of_a_single_replica_topic(
     assert got == [(remote, o) for o in range(count)]
 
 
+@pytest.mark.slow  # moves a leader while reading
 def test_a_remote_partition_is_read_on_while_its_leader_moves(cluster: Cluster) -> None:
     name, count = "remote-moving", 100
     create_topic(cluster, name, 1, replication=2)
